@@ -1,0 +1,40 @@
+# Two commands for a fresh clone: `make demo` and `make test`. Both install what they need.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# Debian packages the test suite needs; installed by `make test` when missing.
+APT_PACKAGES ?=
+
+.PHONY: install demo test lint apt-packages clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[nodes,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+apt-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+demo: install
+	$(BIN)/provision validate examples/*.yaml
+	$(BIN)/provision plan examples/sim-cluster.yaml
+	$(BIN)/provision apply examples/sim-cluster.yaml
+	$(BIN)/provision status examples/sim-cluster.yaml
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: install apt-packages lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) examples/.provision .pytest_cache .hypothesis

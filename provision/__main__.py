@@ -1,0 +1,3 @@
+from provision.cli import entry
+
+entry()

@@ -1,0 +1,292 @@
+"""The ``provision`` command line.
+
+Exit codes are a contract for scripts and CI: 0 success; 1 the run worked but
+found problems (quarantined nodes, audit violations); 2 bad usage, a bad spec,
+or a refusal before anything changed (e.g. the cluster lock is held); 3 an
+internal error, with the run directory named so the evidence is one step away.
+Read commands take ``--json``; humans get tables.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from provision import __version__, hostlist, pipeline
+from provision.runs import RunRecord
+from provision.spec import LoadedSpec, SpecError, load_spec
+from provision.spec.thresholds import effective_thresholds
+from provision.state import LockHeld, NodeState, StateStore, StoreError
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _Session:
+    """What the error handler needs to know about the command in flight."""
+
+    run: RunRecord | None = None
+
+
+def _emit_json(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _state_dir(loaded: LoadedSpec, override: Path | None) -> Path:
+    return override if override is not None else pipeline.default_state_dir(loaded.path, loaded.spec.cluster.name)
+
+
+state_dir_option = click.option("--state-dir", type=click.Path(path_type=Path, file_okay=False),
+                                 help="Where the state store and run records live (default: .provision/<cluster> "
+                                      "next to the spec).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="provision")
+def cli() -> None:
+    """Turn a delivery of bare-metal GPU servers into a healthy, admitted cluster."""
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@json_option
+def validate(files: tuple[Path, ...], as_json: bool) -> int:
+    """Check spec FILES and report every problem at once (exit 2 if any)."""
+    results = []
+    failed = False
+    for file in files:
+        try:
+            loaded = load_spec(file)
+        except SpecError as error:
+            failed = True
+            results.append({"file": str(file), "ok": False, "issues": [issue.as_dict() for issue in error.issues]})
+            if not as_json:
+                for issue in error.issues:
+                    err.print(str(issue), markup=False)
+            continue
+        summary = _spec_summary(loaded)
+        results.append({"file": str(file), "ok": True, **summary})
+        if not as_json:
+            fabric = summary["fabric"]
+            shape = (f"{fabric['tiers']}-tier fabric: {fabric['leaves']} leaves, {fabric['spines']} spines, "
+                     f"{fabric['cores']} cores, {fabric['cables']:,} cables" if fabric else "fabric from cabling file")
+            out.print(f"ok: {file}: cluster {summary['cluster']}, {summary['nodes']} nodes "
+                      f"({summary['gpus']:,} GPUs), {shape}", markup=False)
+    if as_json:
+        _emit_json({"ok": not failed, "files": results})
+    return EXIT_USAGE if failed else EXIT_OK
+
+
+def _spec_summary(loaded: LoadedSpec) -> dict[str, Any]:
+    spec = loaded.spec
+    gpus = sum(spec.hardware[node.hardware].gpu.count for node in loaded.nodes)
+    fabric = loaded.fabric
+    thresholds = {
+        name: {key: {"value": value.value, "reason": value.reason}
+               for key, value in effective_thresholds(profile, spec.fabric, spec.burnin.thresholds).items()}
+        for name, profile in spec.hardware.items()
+    }
+    return {
+        "cluster": spec.cluster.name,
+        "nodes": len(loaded.nodes),
+        "hosts": hostlist.compress(loaded.node_names),
+        "gpus": gpus,
+        "sha256": loaded.sha256,
+        "fabric": None if fabric is None else {
+            "tiers": fabric.tiers, "scalable_units": fabric.scalable_units, "leaves": fabric.leaves,
+            "spines": fabric.spines, "cores": fabric.cores, "cables": fabric.cables,
+            "spine_grouping": fabric.spine_grouping,
+        },
+        "thresholds": thresholds,
+    }
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@state_dir_option
+@click.option("--limit", metavar="HOSTLIST", help="Only these hosts (Slurm hostlist syntax).")
+@click.option("--phases", metavar="LIST", help="Comma-separated phases to consider.")
+@json_option
+def plan(spec: Path, state_dir: Path | None, limit: str | None, phases: str | None, as_json: bool) -> int:
+    """Show what `apply` would change, without changing anything."""
+    loaded = load_spec(spec)
+    reports = pipeline.plan(loaded, _state_dir(loaded, state_dir), limit=limit, phases=phases)
+    if as_json:
+        _emit_json({"cluster": loaded.spec.cluster.name, "phases": [
+            {"phase": report.name, "summary": report.summary, **report.details} for report in reports]})
+        return EXIT_OK
+    changes = [report for report in reports if any(report.details.values())]
+    if not changes:
+        out.print(f"No changes: {loaded.spec.cluster.name} ({len(loaded.nodes)} nodes) matches the spec.")
+        return EXIT_OK
+    for report in changes:
+        out.print(f"[bold]{report.name}[/]: {report.summary}")
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@state_dir_option
+@click.option("--limit", metavar="HOSTLIST", help="Only these hosts (Slurm hostlist syntax).")
+@click.option("--phases", metavar="LIST", help="Comma-separated phases to run (default: all).")
+@click.option("--wait-lock", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
+              help="Wait this long for another mutating command to finish instead of failing at once.")
+@json_option
+def apply(spec: Path, state_dir: Path | None, limit: str | None, phases: str | None, wait_lock: float,
+          as_json: bool) -> int:
+    """Converge the cluster to SPEC and record the run."""
+    loaded = load_spec(spec)
+    target = _state_dir(loaded, state_dir)
+
+    def remember(run: RunRecord) -> None:
+        _Session.run = run
+
+    show_progress = not as_json and out.is_terminal
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not show_progress) as bars:
+        def progress(description: str, total: int):
+            task = bars.add_task(description, total=total)
+            return lambda steps: bars.advance(task, steps)
+
+        result = pipeline.apply(loaded, target, argv=sys.argv[1:], limit=limit, phases=phases,
+                                wait_lock_s=wait_lock, on_run_created=remember, progress=progress)
+    if as_json:
+        _emit_json({"run_id": result.run.id, "run_dir": str(result.run.path), "exit_code": result.exit_code,
+                    "phases": [{"phase": r.name, "summary": r.summary, **r.details} for r in result.reports],
+                    "quarantined": result.quarantined})
+        return result.exit_code
+    for report in result.reports:
+        out.print(f"[bold]{report.name}[/]: {report.summary}")
+    out.print(f"run {result.run.id}: record in {result.run.path}")
+    with StateStore(target) as store:
+        _print_status(loaded.spec.cluster.name, store)
+    return result.exit_code
+
+
+@cli.command()
+@click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@state_dir_option
+@json_option
+def status(spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
+    """Nodes by lifecycle state, and why the quarantined ones are quarantined."""
+    if spec is not None:
+        loaded = load_spec(spec)
+        directory, cluster = _state_dir(loaded, state_dir), loaded.spec.cluster.name
+    else:
+        directory = state_dir or pipeline.find_state_dir(Path.cwd())
+        cluster = directory.name
+    store = StateStore.open_readonly(directory)
+    if store is None:
+        raise pipeline.UsageProblem(f"no state store in {directory}: run `provision apply` first")
+    with store:
+        if as_json:
+            runs = store.runs(limit=1)
+            _emit_json({"cluster": cluster, "state_dir": str(directory), "counts": store.counts(),
+                        "nodes": [record.as_dict() for record in store.nodes()],
+                        "last_run": runs[0] if runs else None})
+        else:
+            _print_status(cluster, store)
+    return EXIT_OK
+
+
+def _print_status(cluster: str, store: StateStore) -> None:
+    counts = store.counts()
+    records = store.nodes()
+    table = Table(title=f"{cluster}: {sum(counts.values())} nodes", title_justify="left")
+    table.add_column("state")
+    table.add_column("nodes", justify="right")
+    table.add_column("hosts")
+    for state in NodeState:
+        names = [record.name for record in records if record.in_spec and record.state is state]
+        table.add_row(state.value, str(counts[state.value]), hostlist.compress(names) if names else "")
+    out.print(table)
+    gone = [record.name for record in records if not record.in_spec]
+    if gone:
+        out.print(f"not in the spec any more (history kept): {hostlist.compress(gone)}")
+    held = [record for record in records if record.in_spec and record.state is NodeState.QUARANTINED]
+    if held:
+        reasons = Table(title="quarantined", title_justify="left")
+        for column in ("node", "stage", "reason", "since"):
+            reasons.add_column(column)
+        for record in held:
+            reasons.add_row(record.name, record.stage or "", record.reason, record.updated_at)
+        out.print(reasons)
+
+
+@cli.group(name="hostlist")
+def hostlist_group() -> None:
+    """Expand and compress Slurm hostlist expressions."""
+
+
+@hostlist_group.command(name="expand")
+@click.argument("expression")
+def hostlist_expand(expression: str) -> int:
+    """Print one host per line (like `scontrol show hostnames`)."""
+    try:
+        names = hostlist.expand(expression)
+    except hostlist.HostlistError as error:
+        raise click.UsageError(str(error)) from None
+    sys.stdout.write("".join(f"{name}\n" for name in names))
+    return EXIT_OK
+
+
+@hostlist_group.command(name="compress")
+@click.argument("names", nargs=-1, required=True)
+def hostlist_compress(names: tuple[str, ...]) -> int:
+    """Print the compressed expression (like `scontrol show hostlist`)."""
+    flat = [name for argument in names for name in argument.replace(",", " ").split()]
+    sys.stdout.write(hostlist.compress(flat) + "\n")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: map every outcome to the documented exit codes."""
+    _Session.run = None
+    try:
+        code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
+        return code if isinstance(code, int) else EXIT_OK
+    except SpecError as error:
+        for issue in error.issues:
+            err.print(str(issue), markup=False)
+        return EXIT_USAGE
+    except (pipeline.UsageProblem, LockHeld, StoreError) as error:
+        err.print(f"provision: {error}", markup=False)
+        return EXIT_USAGE
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.ClickException as error:
+        error.show()
+        return EXIT_USAGE
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        where = f" (run record: {_Session.run.path})" if _Session.run else ""
+        err.print(f"provision: interrupted{where}", markup=False)
+        return 130
+    except Exception as error:  # the contract: never a bare traceback, always exit 3
+        return _internal_error(error)
+
+
+def _internal_error(error: Exception) -> int:
+    details = traceback.format_exc()
+    run = _Session.run
+    if run is not None:
+        (run.path / "error.txt").write_text(details)
+        err.print(f"provision: internal error: {error!r}; details in {run.path / 'error.txt'}", markup=False)
+    else:
+        err.print(f"provision: internal error: {error!r}", markup=False)
+        err.print(details, markup=False)
+    return EXIT_INTERNAL
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The ``apply`` pipeline: an ordered list of phases run under the cluster lock.
+
+Each phase can say what it *would* do (``plan``, read-only) and do it (``run``),
+recording per-host results in the state store and events in the run directory.
+This release has one phase, ``register``, which brings the store's node table
+in line with the spec; provisioning and burn-in join the list as they land, and
+nothing that is not implemented is listed or pretended.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from provision import hostlist
+from provision.runs import RunRecord
+from provision.spec import LoadedSpec
+from provision.spec.semantics import ResolvedNode
+from provision.state import ClusterLock, NodeState, StateStore
+from provision.state.store import Registration
+
+STATE_DIR_NAME = ".provision"
+
+
+class UsageProblem(ValueError):
+    """The command line asks for something the spec cannot give (unknown host, phase)."""
+
+
+def default_state_dir(spec_path: Path, cluster_name: str) -> Path:
+    """State lives next to the spec, one folder per cluster, so the spec and its state travel together."""
+    return spec_path.resolve().parent / STATE_DIR_NAME / cluster_name
+
+
+def find_state_dir(start: Path) -> Path:
+    """For ``provision status`` without a spec: the one cluster under ``./.provision``."""
+    candidates = sorted(path.parent for path in (start / STATE_DIR_NAME).glob("*/state.db"))
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise UsageProblem(f"no cluster state under {start / STATE_DIR_NAME}; give the spec file or --state-dir")
+    names = ", ".join(path.name for path in candidates)
+    raise UsageProblem(f"several clusters under {start / STATE_DIR_NAME} ({names}); give the spec file or --state-dir")
+
+
+@dataclass
+class PhaseContext:
+    loaded: LoadedSpec
+    store: StateStore
+    run: RunRecord
+    targets: list[ResolvedNode]
+    advance: Callable[[int], None] = lambda steps: None
+
+
+@dataclass
+class PhaseReport:
+    name: str
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Phase(Protocol):
+    name: str
+    description: str
+
+    def plan(self, loaded: LoadedSpec, store: StateStore | None) -> PhaseReport: ...
+
+    def run(self, context: PhaseContext) -> PhaseReport: ...
+
+
+class RegisterPhase:
+    """Every spec node gets a lifecycle row; nodes dropped from the spec keep their history."""
+
+    name = "register"
+    description = "record the spec's nodes in the state store"
+
+    def plan(self, loaded: LoadedSpec, store: StateStore | None) -> PhaseReport:
+        pairs = [(node.name, node.group) for node in loaded.nodes]
+        change = store.compare(pairs) if store else Registration([name for name, _ in pairs], [], [])
+        return self._report(change, "would ")
+
+    def run(self, context: PhaseContext) -> PhaseReport:
+        pairs = [(node.name, node.group) for node in context.loaded.nodes]
+        change = context.store.register(pairs, context.run.id)
+        context.advance(len(pairs))
+        context.run.event("phase.register", added=change.added, returning=change.returning, removed=change.removed)
+        return self._report(change, "")
+
+    def _report(self, change: Registration, mood: str) -> PhaseReport:
+        parts = []
+        if change.added:
+            parts.append(f"{mood}add {len(change.added)} new node(s): {hostlist.compress(change.added)}")
+        if change.returning:
+            parts.append(f"{mood}bring back {len(change.returning)}: {hostlist.compress(change.returning)}")
+        if change.removed:
+            parts.append(f"{mood}mark {len(change.removed)} no longer in the spec (history kept): "
+                         f"{hostlist.compress(change.removed)}")
+        summary = "; ".join(parts) if parts else "node list matches the store"
+        return PhaseReport(self.name, summary, {"added": change.added, "returning": change.returning,
+                                                "removed": change.removed})
+
+
+PHASES: tuple[Phase, ...] = (RegisterPhase(),)
+
+
+def select_phases(names: str | None) -> list[Phase]:
+    if not names:
+        return list(PHASES)
+    known = {phase.name: phase for phase in PHASES}
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise UsageProblem(f"unknown phase(s) {', '.join(unknown)}; this release has: {', '.join(known)}")
+    return [phase for phase in PHASES if phase.name in wanted]
+
+
+def select_targets(loaded: LoadedSpec, limit: str | None) -> list[ResolvedNode]:
+    if not limit:
+        return list(loaded.nodes)
+    try:
+        wanted = hostlist.expand(limit)
+    except hostlist.HostlistError as error:
+        raise UsageProblem(f"--limit: {error}") from None
+    known = {node.name for node in loaded.nodes}
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise UsageProblem(f"--limit names hosts that are not in the spec: {hostlist.compress(unknown)}")
+    chosen = set(wanted)
+    return [node for node in loaded.nodes if node.name in chosen]
+
+
+@dataclass
+class ApplyResult:
+    run: RunRecord
+    reports: list[PhaseReport]
+    targets: list[ResolvedNode]
+    quarantined: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.quarantined else 0
+
+
+def apply(
+    loaded: LoadedSpec,
+    state_dir: Path,
+    *,
+    argv: list[str],
+    limit: str | None = None,
+    phases: str | None = None,
+    wait_lock_s: float = 0.0,
+    on_run_created: Callable[[RunRecord], None] = lambda run: None,
+    progress: Callable[[str, int], Callable[[int], None]] | None = None,
+) -> ApplyResult:
+    """Run the selected phases against the spec under the cluster lock."""
+    chosen = select_phases(phases)
+    targets = select_targets(loaded, limit)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with ClusterLock(state_dir, "apply", wait_s=wait_lock_s), StateStore(state_dir) as store:
+        abandoned = store.close_abandoned_runs()
+        run = RunRecord(state_dir / "runs", "apply", argv)
+        on_run_created(run)
+        seed = random.SystemRandom().randrange(2**31)
+        sim_seed = loaded.spec.simulation.seed if loaded.spec.simulation else None
+        run.describe_spec(loaded.path, loaded.sha256, hosts=[node.name for node in targets],
+                          rank_order=[node.name for node in targets],
+                          seeds={"run": seed, **({"simulation": sim_seed} if sim_seed is not None else {})})
+        run.note("phases", [phase.name for phase in chosen])
+        if abandoned:
+            run.event("runs.interrupted_before", run_ids=abandoned)
+        store.start_run(run.id, "apply", run.path, loaded.path.resolve(), loaded.sha256)
+        try:
+            reports = []
+            for phase in chosen:
+                run.event("phase.started", phase=phase.name)
+                advance = progress(phase.description, len(loaded.nodes)) if progress else (lambda steps: None)
+                context = PhaseContext(loaded, store, run, targets, advance)
+                report = phase.run(context)
+                run.event("phase.finished", phase=phase.name, summary=report.summary)
+                reports.append(report)
+            target_names = {node.name for node in targets}
+            quarantined = [record.name for record in store.nodes()
+                           if record.name in target_names and record.state is NodeState.QUARANTINED]
+            result = ApplyResult(run, reports, targets, quarantined)
+            status = "problems-found" if result.exit_code else "succeeded"
+            store.finish_run(run.id, status, result.exit_code)
+            run.finish(status, result.exit_code)
+            return result
+        except KeyboardInterrupt:
+            store.finish_run(run.id, "interrupted", 130)
+            run.finish("interrupted", 130)
+            raise
+        except BaseException:
+            store.finish_run(run.id, "failed", 3)
+            run.finish("failed", 3)
+            raise
+
+
+def plan(loaded: LoadedSpec, state_dir: Path, *, limit: str | None = None,
+         phases: str | None = None) -> list[PhaseReport]:
+    """What ``apply`` would do; reads the store if there is one and never writes."""
+    chosen = select_phases(phases)
+    select_targets(loaded, limit)  # the same usage errors as apply
+    store = StateStore.open_readonly(state_dir)
+    try:
+        return [phase.plan(loaded, store) for phase in chosen]
+    finally:
+        if store:
+            store.close()

@@ -1,0 +1,324 @@
+"""The typed cluster spec: one YAML file describes nodes, hardware, pins, policy,
+fabric, burn-in, admission, connection and (optionally) simulation.
+
+Every model forbids unknown keys, because a misspelt key that is silently ignored
+(``pcie_acs: {disabel: true}``) is exactly the "wrong config" that costs an infra
+team a week. Checks that need more than one field live in
+:mod:`provision.spec.semantics`, so that all of them can be reported at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from provision.spec.catalog import BURNIN_STAGES, GPU_MODELS
+from topology.design import LINK_RATES_GBPS
+
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=63)]
+EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+Version = Annotated[str, StringConstraints(pattern=r"^[0-9A-Za-z][0-9A-Za-z.+~:_-]*$", max_length=64)]
+Percent = Annotated[float, Field(ge=0, le=100)]
+Fraction01 = Annotated[float, Field(gt=0, le=1)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class ClusterInfo(Strict):
+    name: Name
+    description: str = ""
+
+
+class SecretRef(Strict):
+    """Where a secret comes from. The value itself never appears in the spec."""
+
+    env: EnvVarName | None = None
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env: (a variable name) or file: (a path)")
+        return self
+
+
+class BmcCredentials(Strict):
+    username: SecretRef
+    password: SecretRef
+
+
+class Bmc(Strict):
+    credentials: BmcCredentials
+    protocol: Literal["redfish", "ipmi"] = "redfish"
+
+
+class NodeOverride(Strict):
+    address: str | None = None
+    bmc_address: str | None = None
+    hardware: Name | None = None
+
+    @field_validator("address", "bmc_address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        return _host_or_ip(value)
+
+
+class NodeGroup(Strict):
+    name: Name
+    hosts: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
+    hardware: Name | None = None
+    #: Management addresses are allocated in host order from here; without it the
+    #: host name itself is the address (DNS).
+    address_start: ipaddress.IPv4Address | None = None
+    bmc_address_start: ipaddress.IPv4Address | None = None
+
+
+class Nodes(Strict):
+    groups: Annotated[list[NodeGroup], Field(min_length=1)]
+    #: Keys are hostlist expressions; later entries win.
+    overrides: dict[str, NodeOverride] = {}
+
+
+class GpuSpec(Strict):
+    model: str
+    count: Annotated[int, Field(ge=1, le=16)]
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in GPU_MODELS:
+            raise ValueError(f"unknown GPU model {value!r}; known: {', '.join(GPU_MODELS)}")
+        return value
+
+
+class PcieLink(Strict):
+    gen: Annotated[int, Field(ge=1, le=6)]
+    width: Literal[1, 2, 4, 8, 16]
+
+
+class PcieExpectation(Strict):
+    gpu: PcieLink = PcieLink(gen=5, width=16)
+    hca: PcieLink = PcieLink(gen=5, width=16)
+
+
+class NvlinkSpec(Strict):
+    present: bool = True
+    nvswitch: bool = True
+
+
+class HardwareProfile(Strict):
+    gpu: GpuSpec
+    #: Compute HCA → GPU index of its rail. The mlx5 index is not the GPU index
+    #: (see the field guide): derive it from the PCIe tree, never assume it.
+    rails: Annotated[dict[Annotated[str, StringConstraints(pattern=r"^mlx5_\d+$")], int], Field(min_length=1)]
+    pcie: PcieExpectation = PcieExpectation()
+    nvlink: NvlinkSpec = NvlinkSpec()
+
+
+class OfedPin(Strict):
+    flavor: Literal["doca", "mlnx_ofed"] = "doca"
+    version: Version
+
+
+class SoftwarePins(Strict):
+    gpu_driver: Version
+    ofed: OfedPin
+    cuda: Version
+    #: Must equal the driver version on NVSwitch systems; defaults to it.
+    fabric_manager: Version | None = None
+    kernel: Version | None = None
+    nccl: Version | None = None
+
+
+class PcieAcsPolicy(Strict):
+    disable: bool = True
+    #: ``gpu_hca_paths``: bridges between each GPU and its rail HCA (what matters);
+    #: ``all_bridges``: every bridge with the capability (NCCL guide's blunt form).
+    scope: Literal["gpu_hca_paths", "all_bridges"] = "gpu_hca_paths"
+
+
+class HostTuning(Strict):
+    memlock_unlimited: bool = True  # RDMA registers large pinned buffers
+    numa_balancing: bool = False  # page migration stalls pinned GPU/RDMA buffers
+    cpu_governor: Literal["performance", "schedutil", "ondemand", "unchanged"] = "performance"
+    swap: Literal["off", "unchanged"] = "off"
+
+    @field_validator("swap", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
+
+
+class HostPolicy(Strict):
+    gpudirect: Literal["peermem", "dmabuf", "off"] = "peermem"
+    pcie_acs: PcieAcsPolicy = PcieAcsPolicy()
+    iommu: Literal["passthrough", "unchanged"] = "passthrough"
+    tuning: HostTuning = HostTuning()
+
+
+class SwitchNaming(Strict):
+    """Python format strings; fields: su, rail, group, index, plane."""
+
+    leaf: str = "leaf-su{su:02d}-r{rail}"
+    spine: str = "spine-g{group:02d}-{index:02d}"
+    core: str = "core-p{plane:02d}-{index:02d}"
+
+    @field_validator("leaf", "spine", "core")
+    @classmethod
+    def _formattable(cls, value: str) -> str:
+        try:
+            value.format(su=1, rail=0, group=1, index=1, plane=1)
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"not a usable name pattern ({error}); fields: su, rail, group, index, plane") from None
+        return value
+
+
+class FabricDesign(Strict):
+    topology: Literal["rail_optimized_fat_tree"] = "rail_optimized_fat_tree"
+    rails: Annotated[int, Field(ge=1, le=16)] | None = None
+    hosts_per_su: Annotated[int, Field(ge=1, le=1024)] | None = None
+    switch_radix: Annotated[int, Field(ge=4, le=256)] | None = None
+    link_rate: Literal["EDR", "HDR", "NDR", "XDR"] = "NDR"
+    oversubscription: str = "1:1"
+    tiers: Literal["auto", 2, 3] = "auto"
+    spine_groups: Literal["auto", "su_block", "rail_plane"] = "auto"
+    naming: SwitchNaming = SwitchNaming()
+    #: An explicit cabling plan (CSV or UFM .ndt), relative to the spec file.
+    cabling_file: Path | None = None
+
+    @field_validator("oversubscription")
+    @classmethod
+    def _ratio(cls, value: str) -> str:
+        match = re.fullmatch(r"(\d+):(\d+)", str(value))
+        if not match or int(match.group(2)) == 0:
+            raise ValueError("write the ratio as DOWN:UP, e.g. 1:1 or 2:1")
+        if Fraction(int(match.group(1)), int(match.group(2))) < 1:
+            raise ValueError("a leaf with more uplink than host bandwidth is not oversubscribed; use 1:1")
+        return value
+
+    @property
+    def oversubscription_ratio(self) -> Fraction:
+        down, up = self.oversubscription.split(":")
+        return Fraction(int(down), int(up))
+
+    @property
+    def link_gbps(self) -> int:
+        return LINK_RATES_GBPS[self.link_rate]
+
+
+class Thresholds(Strict):
+    """Overrides; anything left out is derived from the GPU model and link rate."""
+
+    matmul_efficiency: Fraction01 | None = None
+    memory_bandwidth_efficiency: Fraction01 | None = None
+    intranode_allreduce_busbw_gbps: Annotated[float, Field(gt=0)] | None = None
+    ib_write_bw_gbps: Annotated[float, Field(gt=0)] | None = None
+    rail_busbw_gbps: Annotated[float, Field(gt=0)] | None = None
+    outlier_mad: Annotated[float, Field(gt=0, le=50)] | None = None
+    flaps_per_24h: Annotated[int, Field(ge=1)] | None = None
+    disk_usage_percent: Percent | None = None
+    gpu_temperature_c: Annotated[float, Field(gt=0, le=120)] | None = None
+    corrected_ecc: Annotated[int, Field(ge=0)] | None = None
+    nvlink_errors: Annotated[int, Field(ge=0)] | None = None
+    step_time_cv: Annotated[float, Field(gt=0, le=10)] | None = None
+    collective_timeout_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+
+
+Stage = Literal["preflight", "node", "pairs", "collectives", "training"]
+
+
+class Burnin(Strict):
+    stages: list[Stage] = ["preflight", "node", "pairs", "collectives", "training"]
+    repetitions: Annotated[int, Field(ge=1, le=100)] = 1
+    thresholds: Thresholds = Thresholds()
+    uuid_blocklist: list[Annotated[str, StringConstraints(pattern=r"^GPU-[0-9a-fA-F-]{36}$")]] = []
+    kernel_log_allowlist: Path | None = None
+    nccl_env: dict[Annotated[str, StringConstraints(pattern=r"^(NCCL|TORCH_NCCL|CUDA|GLOO)_[A-Z0-9_]+$")], str] = {}
+
+    @field_validator("stages")
+    @classmethod
+    def _ordered_unique(cls, stages: list[str]) -> list[str]:
+        if len(set(stages)) != len(stages):
+            raise ValueError("a stage is listed twice")
+        if stages != sorted(stages, key=BURNIN_STAGES.index):
+            raise ValueError(f"stages run cheapest first; write them in the order {', '.join(BURNIN_STAGES)}")
+        return stages
+
+
+class FailureBudget(Strict):
+    provision: Percent = 10.0
+    burnin: Percent = 20.0
+
+
+class Admission(Strict):
+    spare_fraction: Annotated[float, Field(ge=0, le=0.5)] = 0.05
+    #: Past this share of failing nodes a phase stops: something systemic is wrong.
+    max_failure_percent: FailureBudget = FailureBudget()
+    warnings_block_admission: bool = False
+    unknown_blocks_admission: bool = True
+
+
+class Connection(Strict):
+    transport: Literal["ssh", "local"] = "ssh"
+    user: Name = "root"
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+    jump_host: str | None = None
+    become: bool = True
+    become_password: SecretRef | None = None
+    forks: Annotated[int, Field(ge=1, le=1024)] = 32
+    timeout_s: Annotated[int, Field(ge=1, le=3600)] = 30
+
+    @field_validator("jump_host")
+    @classmethod
+    def _jump(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.:_-]+(?::\d+)?", value):
+            raise ValueError("write the jump host as [user@]host[:port]")
+        return value
+
+
+class Fault(Strict):
+    kind: str
+    node: str | None = None
+    #: A GPU index (``gpu3``), an HCA (``mlx5_2``), a PCIe bridge BDF, or a cable
+    #: (``leaf-su01-r0/17``) depending on the kind.
+    target: str | None = None
+    params: dict[str, Any] = {}
+
+
+class Simulation(Strict):
+    seed: int = 0
+    faults: list[Fault] = []
+
+
+class ClusterSpec(Strict):
+    cluster: ClusterInfo
+    nodes: Nodes
+    bmc: Bmc | None = None
+    hardware: Annotated[dict[Name, HardwareProfile], Field(min_length=1)]
+    software: SoftwarePins
+    host: HostPolicy = HostPolicy()
+    fabric: FabricDesign
+    burnin: Burnin = Burnin()
+    admission: Admission = Admission()
+    connection: Connection = Connection()
+    simulation: Simulation | None = None
+
+
+def _host_or_ip(value: str | None) -> str | None:
+    if value is None:
+        return value
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", value):
+            raise ValueError("not an IP address or host name") from None
+    return value

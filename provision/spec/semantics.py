@@ -1,0 +1,278 @@
+"""Checks that need more than one field, and the resolved node list they produce.
+
+A spec that passes here must never make a later phase crash, so everything a
+phase will rely on is resolved now: hostlists expanded, profiles and addresses
+assigned, fabric dimensions computed, fault targets found.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision import hostlist
+from provision.spec.catalog import FAULT_KINDS
+from provision.spec.issues import did_you_mean
+from provision.spec.model import ClusterSpec
+from provision.spec.source import Path_
+from topology.design import DesignError, FabricDimensions, FabricParameters, dimension
+
+
+@dataclass(frozen=True)
+class ResolvedNode:
+    name: str
+    group: str
+    hardware: str
+    address: str
+    bmc_address: str | None
+    position: int  # rank order across the whole spec
+    scalable_unit: int  # 1-based
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A cross-field problem before it is given a file position."""
+
+    path: Path_
+    message: str
+    hint: str = ""
+    column: int | None = None  # 1-based column inside the scalar at ``path``
+
+
+@dataclass
+class Resolution:
+    nodes: list[ResolvedNode]
+    fabric: FabricDimensions | None
+    problems: list[Problem]
+
+
+def resolve(spec: ClusterSpec, spec_dir: Path) -> Resolution:
+    """Run every cross-field check; sections that failed validation are ``None`` and skipped."""
+    problems: list[Problem] = []
+    if spec.nodes is None or spec.hardware is None:
+        _check_paths(spec, spec_dir, problems)
+        if spec.hardware is not None:
+            _check_profiles(spec, problems)
+        if spec.software is not None and spec.hardware is not None:
+            _check_software(spec, problems)
+        return Resolution([], None, problems)
+    hosts_by_group = _expand_groups(spec, problems)
+    profiles = _assign_profiles(spec, hosts_by_group, problems)
+    overrides = _expand_overrides(spec, hosts_by_group, problems)
+    for name, override in overrides.items():
+        if override[1].hardware is not None:
+            profiles[name] = override[1].hardware
+    _check_profiles(spec, problems)
+    if spec.software is not None:
+        _check_software(spec, problems)
+    nodes = _build_nodes(spec, hosts_by_group, profiles, overrides, problems)
+    fabric = _check_fabric(spec, len(nodes), spec_dir, problems)
+    _check_paths(spec, spec_dir, problems)
+    _check_faults(spec, {node.name: node for node in nodes}, problems)
+    return Resolution(nodes, fabric, problems)
+
+
+def _expand_groups(spec: ClusterSpec, problems: list[Problem]) -> dict[str, list[str]]:
+    hosts_by_group: dict[str, list[str]] = {}
+    first_seen: dict[str, tuple[int, str]] = {}
+    group_names: dict[str, int] = {}
+    for index, group in enumerate(spec.nodes.groups):
+        path: Path_ = ("nodes", "groups", index, "hosts")
+        if group.name in group_names:
+            problems.append(Problem(("nodes", "groups", index, "name"),
+                                    f"group name {group.name!r} is also used by groups[{group_names[group.name]}]"))
+        group_names.setdefault(group.name, index)
+        try:
+            names = hostlist.expand(group.hosts)
+        except hostlist.HostlistError as error:
+            problems.append(Problem(path, error.message, column=error.column))
+            continue
+        for name in names:
+            if name in first_seen:
+                other_index, other_group = first_seen[name]
+                where = "earlier in this group" if other_index == index else f"in group {other_group!r}"
+                problems.append(Problem(path, f"host {name} is listed twice (also {where})",
+                                        "each host belongs to exactly one group, once"))
+                break
+            first_seen[name] = (index, group.name)
+        hosts_by_group[group.name] = names
+    return hosts_by_group
+
+
+def _assign_profiles(
+    spec: ClusterSpec, hosts_by_group: dict[str, list[str]], problems: list[Problem]
+) -> dict[str, str]:
+    profiles: dict[str, str] = {}
+    for index, group in enumerate(spec.nodes.groups):
+        profile = group.hardware
+        if profile is None:
+            if len(spec.hardware) > 1:
+                problems.append(Problem(("nodes", "groups", index),
+                                        "this group names no hardware profile and the spec has several",
+                                        f"add hardware: one of {', '.join(sorted(spec.hardware))}"))
+                continue
+            profile = next(iter(spec.hardware))
+        elif profile not in spec.hardware:
+            problems.append(Problem(("nodes", "groups", index, "hardware"), f"no hardware profile named {profile!r}",
+                                    f"defined profiles: {', '.join(sorted(spec.hardware))}"))
+            continue
+        for host in hosts_by_group.get(group.name, []):
+            profiles[host] = profile
+    return profiles
+
+
+def _expand_overrides(spec: ClusterSpec, hosts_by_group: dict[str, list[str]], problems: list[Problem]):
+    known = {host for hosts in hosts_by_group.values() for host in hosts}
+    resolved = {}
+    for expression, override in spec.nodes.overrides.items():
+        path: Path_ = ("nodes", "overrides", expression)
+        try:
+            names = hostlist.expand(expression)
+        except hostlist.HostlistError as error:
+            problems.append(Problem(path, f"override key: {error.message}"))
+            continue
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            problems.append(Problem(path, f"override names hosts that are in no group: {hostlist.compress(unknown)}"))
+        if override.hardware is not None and override.hardware not in spec.hardware:
+            problems.append(Problem((*path, "hardware"), f"no hardware profile named {override.hardware!r}",
+                                    f"defined profiles: {', '.join(sorted(spec.hardware))}"))
+        if len(names) > 1 and (override.address or override.bmc_address):
+            problems.append(Problem(path, "an address override must name a single host"))
+        for name in names:
+            if name in known:
+                resolved[name] = (expression, override)
+    return resolved
+
+
+def _check_profiles(spec: ClusterSpec, problems: list[Problem]) -> None:
+    for name, profile in spec.hardware.items():
+        base: Path_ = ("hardware", name)
+        gpus = profile.gpu.count
+        seen: dict[int, str] = {}
+        for hca, gpu in profile.rails.items():
+            if not 0 <= gpu < gpus:
+                problems.append(Problem((*base, "rails", hca), f"GPU index {gpu} does not exist: the profile has "
+                                        f"{gpus} GPUs (0-{gpus - 1})"))
+            elif gpu in seen:
+                problems.append(Problem((*base, "rails", hca), f"GPU {gpu} is already the rail of {seen[gpu]}",
+                                        "each rail pairs one HCA with one GPU"))
+            seen.setdefault(gpu, hca)
+        if spec.fabric is not None and spec.fabric.rails is not None and len(profile.rails) != spec.fabric.rails:
+            problems.append(Problem((*base, "rails"), f"{len(profile.rails)} HCAs in the rail map but "
+                                    f"fabric.rails is {spec.fabric.rails}",
+                                    "every rail needs exactly one HCA per host"))
+        if profile.nvlink.nvswitch and not profile.nvlink.present:
+            problems.append(Problem((*base, "nvlink", "nvswitch"), "NVSwitch without NVLink is not a real system"))
+
+
+def _check_software(spec: ClusterSpec, problems: list[Problem]) -> None:
+    pins = spec.software
+    has_nvswitch = any(profile.nvlink.nvswitch for profile in spec.hardware.values())
+    if has_nvswitch and pins.fabric_manager is not None and pins.fabric_manager != pins.gpu_driver:
+        problems.append(Problem(("software", "fabric_manager"),
+                                f"fabric manager {pins.fabric_manager} differs from driver {pins.gpu_driver}; "
+                                "NVSwitch systems refuse to start it",
+                                "leave it out: it defaults to the driver version"))
+
+
+def _build_nodes(spec, hosts_by_group, profiles, overrides, problems) -> list[ResolvedNode]:
+    nodes: list[ResolvedNode] = []
+    used_addresses: dict[str, str] = {}
+    per_su = (spec.fabric.hosts_per_su if spec.fabric is not None else None) or 1
+    for index, group in enumerate(spec.nodes.groups):
+        names = hosts_by_group.get(group.name)
+        if names is None:
+            continue
+        for offset, name in enumerate(names):
+            override = overrides.get(name, (None, None))[1]
+            address = _allocate(group.address_start, offset, ("nodes", "groups", index, "address_start"), problems)
+            bmc = _allocate(group.bmc_address_start, offset, ("nodes", "groups", index, "bmc_address_start"), problems)
+            if override is not None:
+                address = override.address or address
+                bmc = override.bmc_address or bmc
+            address = address or name
+            if address in used_addresses and used_addresses[address] != name:
+                problems.append(Problem(("nodes", "groups", index),
+                                        f"{name} and {used_addresses[address]} share address {address}"))
+            used_addresses[address] = name
+            position = len(nodes)
+            nodes.append(ResolvedNode(name, group.name, profiles.get(name, ""), address, bmc, position,
+                                      position // per_su + 1))
+    return nodes
+
+
+def _allocate(start, offset: int, path: Path_, problems: list[Problem]) -> str | None:
+    if start is None:
+        return None
+    value = int(start) + offset
+    if value > int(ipaddress.IPv4Address("255.255.255.254")):
+        problems.append(Problem(path, f"allocating {offset + 1} addresses from {start} runs past the IPv4 space"))
+        return None
+    return str(ipaddress.IPv4Address(value))
+
+
+def _check_fabric(spec: ClusterSpec, host_count: int, spec_dir: Path, problems: list[Problem]):
+    fabric = spec.fabric
+    if fabric is None or fabric.cabling_file is not None:
+        return None
+    missing = [name for name in ("rails", "hosts_per_su", "switch_radix") if getattr(fabric, name) is None]
+    for name in missing:
+        problems.append(Problem(("fabric",), f"{name} is required to design the fat tree",
+                                "give the design parameters, or a cabling_file"))
+    if missing or host_count == 0:
+        return None
+    try:
+        return dimension(FabricParameters(
+            hosts=host_count,
+            rails=fabric.rails or 0,
+            hosts_per_su=fabric.hosts_per_su or 0,
+            switch_radix=fabric.switch_radix or 0,
+            link_rate=fabric.link_rate,
+            oversubscription=fabric.oversubscription_ratio,
+            tiers=None if fabric.tiers == "auto" else int(fabric.tiers),
+            spine_groups=fabric.spine_groups,
+        ))
+    except DesignError as error:
+        path: Path_ = ("nodes", "groups") if error.parameter == "nodes" else ("fabric", error.parameter)
+        problems.append(Problem(path, f"the fabric cannot be built non-blocking: {error.message}"))
+        return None
+
+
+def _check_paths(spec: ClusterSpec, spec_dir: Path, problems: list[Problem]) -> None:
+    candidates = []
+    if spec.fabric is not None:
+        candidates.append((("fabric", "cabling_file"), spec.fabric.cabling_file))
+    if spec.burnin is not None:
+        candidates.append((("burnin", "kernel_log_allowlist"), spec.burnin.kernel_log_allowlist))
+    for path, value in candidates:
+        if value is not None and not (spec_dir / value).expanduser().is_file():
+            problems.append(Problem(path, f"file {str(value)!r} not found (relative to the spec's folder)"))
+
+
+def _check_faults(spec: ClusterSpec, nodes: dict[str, ResolvedNode], problems: list[Problem]) -> None:
+    if spec.simulation is None:
+        return
+    for index, fault in enumerate(spec.simulation.faults):
+        path: Path_ = ("simulation", "faults", index)
+        if fault.kind not in FAULT_KINDS:
+            problems.append(Problem((*path, "kind"), f"unknown fault kind {fault.kind!r}",
+                                    did_you_mean(fault.kind, FAULT_KINDS)))
+        if fault.node is None:
+            continue
+        node = nodes.get(fault.node)
+        if node is None:
+            problems.append(Problem((*path, "node"), f"no node named {fault.node!r} in the spec"))
+            continue
+        profile = spec.hardware.get(node.hardware)
+        target = fault.target
+        if profile is None or target is None:
+            continue
+        gpu = re.fullmatch(r"gpu(\d+)", target)
+        if gpu and int(gpu.group(1)) >= profile.gpu.count:
+            problems.append(Problem((*path, "target"), f"{node.name} has GPUs 0-{profile.gpu.count - 1}, not {target}"))
+        if re.fullmatch(r"mlx5_\d+", target) and target not in profile.rails:
+            problems.append(Problem((*path, "target"), f"{node.name} has no compute HCA {target}",
+                                    f"its HCAs: {', '.join(profile.rails)}"))

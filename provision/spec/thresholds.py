@@ -1,0 +1,73 @@
+"""Burn-in thresholds: defaults derived from the GPU model and link rate, each overridable.
+
+A fixed number copied from one SKU quarantines good nodes of another (the field
+guide's "thresholds set too high … you run out of nodes"), so every default is a
+stated fraction of a stated figure, and the reason travels with the value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from provision.spec.catalog import GPU_MODELS
+from provision.spec.model import FabricDesign, HardwareProfile, Thresholds
+
+#: Fractions applied to catalog figures when the spec does not override them.
+DEFAULT_MATMUL_EFFICIENCY = 0.70  # MAMF scans reach ~0.80 of peak; leave room for healthy spread
+DEFAULT_MEMORY_EFFICIENCY = 0.80
+DEFAULT_INTRANODE_FRACTION = 0.85  # of the measured 8-GPU ring all-reduce busbw
+DEFAULT_IB_WRITE_FRACTION = 0.90  # "happy above 360 Gb/s" on NDR
+DEFAULT_RAIL_BUSBW_FRACTION = 0.80  # nccl-tests: below 80% of the link at large sizes is a problem
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    reason: str
+
+
+def effective_thresholds(
+    profile: HardwareProfile, fabric: FabricDesign, overrides: Thresholds
+) -> dict[str, Threshold]:
+    """Every threshold the burn-in uses, with where its value came from."""
+    gpu = GPU_MODELS[profile.gpu.model]
+    link_gbps = fabric.link_gbps
+    given = overrides.model_dump(exclude_none=True)
+
+    matmul_eff = given.get("matmul_efficiency", DEFAULT_MATMUL_EFFICIENCY)
+    memory_eff = given.get("memory_bandwidth_efficiency", DEFAULT_MEMORY_EFFICIENCY)
+    derived = {
+        "matmul_tflops": Threshold(
+            round(gpu.bf16_dense_tflops * matmul_eff, 1),
+            f"{matmul_eff:g} x {gpu.bf16_dense_tflops:g} TFLOPS dense bf16 ({gpu.name})",
+        ),
+        "memory_bandwidth_gbps": Threshold(
+            round(gpu.hbm_gbps * memory_eff, 1), f"{memory_eff:g} x {gpu.hbm_gbps:g} GB/s HBM ({gpu.name})"
+        ),
+        "intranode_allreduce_busbw_gbps": Threshold(
+            round(gpu.ring_allreduce_busbw * DEFAULT_INTRANODE_FRACTION, 1),
+            f"{DEFAULT_INTRANODE_FRACTION:g} x {gpu.ring_allreduce_busbw:g} GB/s 8-GPU ring all-reduce ({gpu.name})",
+        ),
+        "ib_write_bw_gbps": Threshold(
+            link_gbps * DEFAULT_IB_WRITE_FRACTION,
+            f"{DEFAULT_IB_WRITE_FRACTION:g} x {link_gbps} Gb/s {fabric.link_rate}, unidirectional per HCA",
+        ),
+        "rail_busbw_gbps": Threshold(
+            link_gbps / 8 * DEFAULT_RAIL_BUSBW_FRACTION,
+            f"{DEFAULT_RAIL_BUSBW_FRACTION:g} x {link_gbps / 8:g} GB/s per {fabric.link_rate} rail",
+        ),
+        "outlier_mad": Threshold(5.0, "robust z-score (median/MAD) against the fleet, per rail and leaf"),
+        "flaps_per_24h": Threshold(5, "AzNHC: 5 lost-carrier events per device in 24 h"),
+        "disk_usage_percent": Threshold(95.0, "cluster-health: any filesystem at 95% is an error"),
+        "gpu_temperature_c": Threshold(84.0, "gcm example limit; throttling starts near 84-90 C"),
+        "corrected_ecc": Threshold(2e7, "AzNHC corrected volatile ECC warning level"),
+        "nvlink_errors": Threshold(5, "cluster-health: 5 replay/recovery/CRC errors, a silenced warning"),
+        "step_time_cv": Threshold(0.25, "spread of per-step training time (std/median)"),
+        "collective_timeout_s": Threshold(60.0, "far below NCCL's 10-30 min default so hangs surface fast"),
+    }
+    for name, value in given.items():
+        if name in derived:
+            derived[name] = Threshold(value, "set in the spec")
+    if "matmul_efficiency" in given:
+        derived["matmul_tflops"] = Threshold(derived["matmul_tflops"].value, "spec efficiency x catalog peak")
+    return derived

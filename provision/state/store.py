@@ -1,0 +1,367 @@
+"""The state store: one SQLite file (WAL) that knows every node's lifecycle.
+
+It holds the current state of each node, every transition with its time, run and
+evidence, every run, and per-run per-host results. It is the only place a phase
+reads "what happened before" from, which is what makes runs resumable.
+
+The schema is versioned with ``PRAGMA user_version`` and upgraded by an ordered
+list of migrations, each applied in its own transaction; a store written by a
+newer release is refused rather than guessed at. Files are created 0600: the
+store holds host names, addresses and evidence, not for other local users.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from provision.state.lifecycle import NodeState, check_move
+
+DB_NAME = "state.db"
+
+#: Ordered schema migrations; index i upgrades user_version i to i + 1.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE nodes (
+        name        TEXT PRIMARY KEY,
+        node_group  TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        stage       TEXT,
+        reason      TEXT NOT NULL DEFAULT '',
+        in_spec     INTEGER NOT NULL DEFAULT 1,
+        position    INTEGER NOT NULL,
+        updated_at  TEXT NOT NULL,
+        run_id      TEXT
+    );
+    CREATE TABLE transitions (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        node        TEXT NOT NULL REFERENCES nodes(name),
+        from_state  TEXT,
+        to_state    TEXT NOT NULL,
+        stage       TEXT,
+        reason      TEXT NOT NULL DEFAULT '',
+        evidence    TEXT NOT NULL DEFAULT '{}',
+        by_operator INTEGER NOT NULL DEFAULT 0,
+        run_id      TEXT,
+        at          TEXT NOT NULL
+    );
+    CREATE INDEX transitions_node ON transitions(node, id);
+    CREATE TABLE runs (
+        id          TEXT PRIMARY KEY,
+        command     TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        exit_code   INTEGER,
+        pid         INTEGER NOT NULL,
+        run_dir     TEXT NOT NULL,
+        spec_path   TEXT NOT NULL,
+        spec_sha256 TEXT NOT NULL,
+        started_at  TEXT NOT NULL,
+        finished_at TEXT
+    );
+    CREATE TABLE results (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id      TEXT NOT NULL REFERENCES runs(id),
+        node        TEXT NOT NULL,
+        phase       TEXT NOT NULL,
+        check_name  TEXT NOT NULL,
+        outcome     TEXT NOT NULL,
+        detail      TEXT NOT NULL DEFAULT '{}',
+        at          TEXT NOT NULL
+    );
+    CREATE INDEX results_run_node ON results(run_id, node);
+    """,
+)
+
+
+class StoreError(RuntimeError):
+    """The state store cannot be used as it is (newer schema, unreadable file)."""
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    group: str
+    state: NodeState
+    stage: str | None
+    reason: str
+    in_spec: bool
+    position: int
+    updated_at: str
+    run_id: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "group": self.group,
+            "state": str(self.state),
+            "stage": self.stage,
+            "reason": self.reason,
+            "in_spec": self.in_spec,
+            "updated_at": self.updated_at,
+            "run_id": self.run_id,
+        }
+
+
+@dataclass(frozen=True)
+class Registration:
+    """How the spec's node list differs from the store's."""
+
+    added: list[str]
+    returning: list[str]  # were removed from the spec before, now back
+    removed: list[str]  # in the store, no longer in the spec
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class StateStore:
+    def __init__(self, state_dir: Path, *, migrations: Sequence[str] = MIGRATIONS) -> None:
+        self.state_dir = state_dir
+        self.path = state_dir / DB_NAME
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        old_umask = os.umask(0o077)  # the -wal and -shm files inherit it too
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.execute("PRAGMA busy_timeout=30000")
+            self._migrate(migrations)
+        except sqlite3.DatabaseError as error:
+            raise StoreError(f"{self.path}: not a usable state store ({error})") from None
+        finally:
+            os.umask(old_umask)
+        for suffix in ("", "-wal", "-shm"):
+            candidate = Path(f"{self.path}{suffix}")
+            if candidate.exists():
+                candidate.chmod(0o600)
+        self.db.row_factory = sqlite3.Row
+
+    @classmethod
+    def open_readonly(cls, state_dir: Path) -> StateStore | None:
+        """Open an existing store for reading only (``plan``, ``status``); ``None`` if there is none.
+
+        Read-only commands must not create folders, migrate schemas or take locks.
+        """
+        path = state_dir / DB_NAME
+        if not path.exists():
+            return None
+        store = cls.__new__(cls)
+        store.state_dir = state_dir
+        store.path = path
+        try:
+            store.db = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0, isolation_level=None
+            )
+            store.db.execute("PRAGMA busy_timeout=30000")
+            version = store.schema_version
+        except sqlite3.DatabaseError as error:
+            raise StoreError(f"{path}: not a usable state store ({error})") from None
+        if version != len(MIGRATIONS):
+            store.db.close()
+            raise StoreError(
+                f"{path} has schema version {version}, this provision uses {len(MIGRATIONS)}; "
+                "a mutating command (provision apply) upgrades it"
+            )
+        store.db.row_factory = sqlite3.Row
+        return store
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema -----------------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self, migrations: Sequence[str]) -> None:
+        version = self.schema_version
+        if version > len(migrations):
+            raise StoreError(
+                f"{self.path} has schema version {version} but this provision knows {len(migrations)}; "
+                "it was written by a newer release"
+            )
+        for target in range(version + 1, len(migrations) + 1):
+            with self.transaction():
+                for statement in _statements(migrations[target - 1]):
+                    self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version = {target}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- nodes --------------------------------------------------------------------
+
+    def nodes(self) -> list[NodeRecord]:
+        rows = self.db.execute("SELECT * FROM nodes ORDER BY in_spec DESC, position, name").fetchall()
+        return [_node(row) for row in rows]
+
+    def node(self, name: str) -> NodeRecord | None:
+        row = self.db.execute("SELECT * FROM nodes WHERE name = ?", (name,)).fetchone()
+        return _node(row) if row else None
+
+    def compare(self, spec_nodes: Iterable[tuple[str, str]]) -> Registration:
+        """What :meth:`register` would change, without changing it (for ``plan``)."""
+        wanted = [name for name, _group in spec_nodes]
+        known = {row["name"]: bool(row["in_spec"]) for row in self.db.execute("SELECT name, in_spec FROM nodes")}
+        wanted_set = set(wanted)
+        return Registration(
+            added=[name for name in wanted if name not in known],
+            returning=[name for name in wanted if name in known and not known[name]],
+            removed=sorted(name for name, in_spec in known.items() if in_spec and name not in wanted_set),
+        )
+
+    def register(self, spec_nodes: Sequence[tuple[str, str]], run_id: str) -> Registration:
+        """Bring the node table in line with the spec; history of removed nodes is kept."""
+        change = self.compare(spec_nodes)
+        stamp = now()
+        with self.transaction():
+            for position, (name, group) in enumerate(spec_nodes):
+                self.db.execute(
+                    "INSERT INTO nodes (name, node_group, state, position, updated_at, run_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET node_group = excluded.node_group, "
+                    "position = excluded.position, in_spec = 1",
+                    (name, group, NodeState.NEW.value, position, stamp, run_id),
+                )
+            for name in change.added:
+                self._log(name, None, NodeState.NEW, None, "registered from the spec", {}, False, run_id, stamp)
+            for name in change.removed:
+                self.db.execute("UPDATE nodes SET in_spec = 0 WHERE name = ?", (name,))
+        return change
+
+    def transition(
+        self,
+        name: str,
+        target: NodeState,
+        *,
+        run_id: str | None,
+        stage: str | None = None,
+        reason: str = "",
+        evidence: dict[str, Any] | None = None,
+        by_operator: bool = False,
+    ) -> None:
+        """Move one node, atomically with its history row; refuse moves the lifecycle forbids."""
+        stamp = now()
+        with self.transaction():
+            row = self.db.execute("SELECT state FROM nodes WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown node {name!r}")
+            current = NodeState(row["state"])
+            check_move(current, target, by_operator=by_operator, stage=stage, reason=reason)
+            self.db.execute(
+                "UPDATE nodes SET state = ?, stage = ?, reason = ?, updated_at = ?, run_id = ? WHERE name = ?",
+                (target.value, stage, reason, stamp, run_id, name),
+            )
+            self._log(name, current, target, stage, reason, evidence or {}, by_operator, run_id, stamp)
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM transitions WHERE node = ? ORDER BY id", (name,)).fetchall()
+        return [{**dict(row), "evidence": json.loads(row["evidence"])} for row in rows]
+
+    def counts(self) -> dict[str, int]:
+        rows = self.db.execute("SELECT state, COUNT(*) AS n FROM nodes WHERE in_spec = 1 GROUP BY state")
+        found = {row["state"]: row["n"] for row in rows}
+        return {state.value: found.get(state.value, 0) for state in NodeState}
+
+    def _log(self, name, current, target, stage, reason, evidence, by_operator, run_id, stamp) -> None:
+        self.db.execute(
+            "INSERT INTO transitions (node, from_state, to_state, stage, reason, evidence, by_operator, run_id, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                name,
+                current.value if current else None,
+                target.value,
+                stage,
+                reason,
+                json.dumps(evidence, sort_keys=True),
+                int(by_operator),
+                run_id,
+                stamp,
+            ),
+        )
+
+    # -- runs and results -----------------------------------------------------------
+
+    def start_run(self, run_id: str, command: str, run_dir: Path, spec_path: Path, spec_sha256: str) -> None:
+        with self.transaction():
+            self.db.execute(
+                "INSERT INTO runs (id, command, status, pid, run_dir, spec_path, spec_sha256, started_at) "
+                "VALUES (?, ?, 'running', ?, ?, ?, ?, ?)",
+                (run_id, command, os.getpid(), str(run_dir), str(spec_path), spec_sha256, now()),
+            )
+
+    def finish_run(self, run_id: str, status: str, exit_code: int) -> None:
+        with self.transaction():
+            self.db.execute(
+                "UPDATE runs SET status = ?, exit_code = ?, finished_at = ? WHERE id = ?",
+                (status, exit_code, now(), run_id),
+            )
+
+    def close_abandoned_runs(self) -> list[str]:
+        """Mark runs still 'running' as interrupted. Call only while holding the cluster lock:
+        then no other live process can own a running run."""
+        with self.transaction():
+            rows = self.db.execute("SELECT id FROM runs WHERE status = 'running'").fetchall()
+            self.db.execute(
+                "UPDATE runs SET status = 'interrupted', finished_at = ? WHERE status = 'running'", (now(),)
+            )
+        return [row["id"] for row in rows]
+
+    def runs(self, limit: int = 20) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", (limit,)).fetchall()
+        return [dict(row) for row in rows]
+
+    def record_result(
+        self, run_id: str, node: str, phase: str, check: str, outcome: str, detail: dict[str, Any] | None = None
+    ) -> None:
+        with self.transaction():
+            self.db.execute(
+                "INSERT INTO results (run_id, node, phase, check_name, outcome, detail, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, node, phase, check, outcome, json.dumps(detail or {}, sort_keys=True), now()),
+            )
+
+    def results(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
+        return [{**dict(row), "detail": json.loads(row["detail"])} for row in rows]
+
+
+def _node(row: sqlite3.Row) -> NodeRecord:
+    return NodeRecord(
+        name=row["name"],
+        group=row["node_group"],
+        state=NodeState(row["state"]),
+        stage=row["stage"],
+        reason=row["reason"],
+        in_spec=bool(row["in_spec"]),
+        position=row["position"],
+        updated_at=row["updated_at"],
+        run_id=row["run_id"],
+    )
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration script; ``executescript`` would commit the open transaction."""
+    return [statement.strip() for statement in script.split(";") if statement.strip()]
