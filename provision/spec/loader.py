@@ -50,6 +50,8 @@ def load_spec(path: str | Path) -> LoadedSpec:
     except OSError as error:
         raise SpecError([SpecIssue(Location(shown, 1, 1), "", f"cannot read: {error.strerror or error}")]) from None
     data, source = read_document(raw, shown, size=size)
+    if data is None:
+        raise SpecError([SpecIssue(source.locate(()), "", "the document is empty")])
     if not isinstance(data, dict):
         raise SpecError([SpecIssue(source.locate(()), "", f"a spec is a mapping of sections, not a "
                                                           f"{_type_name(data)}")])

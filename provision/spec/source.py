@@ -73,12 +73,17 @@ def read_document(raw: bytes, file: str, *, size: int | None = None) -> tuple[An
     if "\x00" in text:
         line, column = _position_of_offset(raw, raw.index(b"\x00"))
         _fail(file, line, column, "contains a NUL byte (is this a binary file?)")
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as error:
+        _reject_character(file, text, error)
     try:
         root = loader.get_single_node()
         if root is None:
             _fail(file, 1, 1, "file holds no YAML document")
         data = _Converter(loader, source).convert(root, ())
+    except yaml.reader.ReaderError as error:
+        _reject_character(file, text, error)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -141,6 +146,11 @@ class _Converter:
             self.source.keys[child] = _location(self.source.file, key_node)
             result[key] = self.convert(value_node, child)
         return result
+
+
+def _reject_character(file: str, text: str, error: yaml.reader.ReaderError) -> None:
+    line, column = _position_of_offset(text.encode(), len(text[: error.position].encode()))
+    _fail(file, line, column, f"character U+{error.character:04X} is not allowed in YAML")
 
 
 def _location(file: str, node: Node) -> Location:

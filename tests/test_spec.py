@@ -1,0 +1,124 @@
+"""The spec loader: every example validates; every broken spec gives located errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from provision.spec import SpecError, load_spec
+from provision.spec.thresholds import effective_thresholds
+from tests.conftest import BROKEN, EXAMPLES
+
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
+BROKEN_FILES = sorted(BROKEN.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_examples_validate(path: Path) -> None:
+    loaded = load_spec(path)
+    assert loaded.nodes
+    assert loaded.fabric is not None
+
+
+def test_reference_build_matches_the_4088_gpu_cluster() -> None:
+    loaded = load_spec(EXAMPLES / "h100-511.yaml")
+    gpus = sum(loaded.spec.hardware[node.hardware].gpu.count for node in loaded.nodes)
+    assert (len(loaded.nodes), gpus) == (511, 4088)
+    assert (loaded.fabric.leaves, loaded.fabric.spines, loaded.fabric.cores) == (128, 128, 64)
+    assert loaded.nodes[-1].scalable_unit == 16
+    # overrides win over allocation; allocation continues in host order
+    assert loaded.nodes[0].address == "10.10.9.1"
+    assert loaded.nodes[1].address == "10.10.0.2"
+    assert loaded.nodes[256].address == "10.10.1.1"
+
+
+def test_simulated_example_has_at_least_sixteen_nodes_and_five_fault_kinds() -> None:
+    loaded = load_spec(EXAMPLES / "sim-cluster.yaml")
+    assert len(loaded.nodes) >= 16
+    assert loaded.spec.simulation is not None
+    assert len({fault.kind for fault in loaded.spec.simulation.faults}) >= 5
+
+
+@pytest.mark.parametrize("path", BROKEN_FILES, ids=lambda p: p.name)
+def test_broken_specs_report_every_expected_error(path: Path) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    got = [str(issue).replace(f"{path}:", "", 1) for issue in caught.value.issues]
+    expected = path.with_suffix(".expected").read_text().splitlines()
+    assert got == expected
+
+
+def test_secret_values_never_appear_in_errors() -> None:
+    with pytest.raises(SpecError) as caught:
+        load_spec(BROKEN / "inline_password.yaml")
+    text = str(caught.value)
+    assert "hunter2-canary" not in text and "also-a-canary" not in text
+
+
+def _write(tmp_path: Path, text: str | bytes, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def test_a_50_megabyte_file_is_refused_without_reading_it(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    with path.open("wb") as handle:
+        handle.write(b"cluster: {name: x}\n")
+        handle.seek(50 * 10**6)
+        handle.write(b"\n")
+    with pytest.raises(SpecError, match=r"huge.yaml:1:1: file is 50.0 MB"):
+        load_spec(path)
+
+
+def test_alias_bombs_are_bounded(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, 9):
+        lines.append(f"a{level}: &a{level} [" + ", ".join([f"*a{level - 1}"] * 10) + "]")
+    with pytest.raises(SpecError, match="alias bomb"):
+        load_spec(_write(tmp_path, "\n".join(lines) + "\n"))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- just\n- a list\n", "a spec is a mapping of sections, not a list"),
+        ("42\n", "not a number"),
+        ("? [a, b]\n: value\n", "keys must be plain names"),
+        ("cluster: {name: x}\n\t bad: tab\n", "invalid YAML"),
+        ("--- \n...\n", "the document is empty"),
+        ("a: 1\n---\nb: 2\n", "invalid YAML"),
+    ],
+)
+def test_malformed_documents(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_spec(_write(tmp_path, text))
+    assert message in str(caught.value)
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "absent.yaml")
+    with pytest.raises(SpecError, match="is a directory"):
+        load_spec(tmp_path)
+
+
+def test_thresholds_derive_from_gpu_model_and_link_rate() -> None:
+    loaded = load_spec(EXAMPLES / "h100-511.yaml")
+    spec = loaded.spec
+    profile = spec.hardware["dell-xe9680"]
+    thresholds = effective_thresholds(profile, spec.fabric, spec.burnin.thresholds)
+    assert thresholds["matmul_tflops"].value == pytest.approx(0.72 * 989, abs=0.1)  # efficiency overridden
+    assert thresholds["ib_write_bw_gbps"].value == 360  # 0.9 x NDR 400
+    assert thresholds["rail_busbw_gbps"].value == 40  # 0.8 x 50 GB/s
+    assert thresholds["flaps_per_24h"].reason == "set in the spec"
+    hdr = spec.fabric.model_copy(update={"link_rate": "HDR"})
+    assert effective_thresholds(profile, hdr, spec.burnin.thresholds)["ib_write_bw_gbps"].value == 180
+
+
+def test_swap_off_may_be_written_bare(tmp_path: Path) -> None:
+    text = (EXAMPLES / "sim-cluster.yaml").read_text().replace(
+        "host:\n  gpudirect: peermem", "host:\n  tuning: {swap: off}\n  gpudirect: peermem")
+    loaded = load_spec(_write(tmp_path, text))
+    assert loaded.spec.host.tuning.swap == "off"
