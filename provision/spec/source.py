@@ -11,7 +11,7 @@ The conversion also rejects what ``safe_load`` silently accepts: duplicate keys
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -163,5 +163,5 @@ def _position_of_offset(raw: bytes, offset: int) -> tuple[int, int]:
     return line, column
 
 
-def _fail(file: str, line: int, column: int, message: str) -> None:
+def _fail(file: str, line: int, column: int, message: str) -> NoReturn:
     raise SpecError([SpecIssue(Location(file, line, column), "", message)])
