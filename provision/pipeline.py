@@ -84,6 +84,10 @@ class RegisterPhase:
     def run(self, context: PhaseContext) -> PhaseReport:
         pairs = [(node.name, node.group) for node in context.loaded.nodes]
         change = context.store.register(pairs, context.run.id)
+        added, returning = set(change.added), set(change.returning)
+        context.store.record_results(context.run.id, self.name, [
+            (node.name, "in-spec", "added" if node.name in added else "returned" if node.name in returning
+             else "unchanged", {"group": node.group, "address": node.address}) for node in context.targets])
         context.advance(len(pairs))
         context.run.event("phase.register", added=change.added, returning=change.returning, removed=change.removed)
         return self._report(change, "")

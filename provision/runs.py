@@ -44,7 +44,9 @@ class RunRecord:
         stamp = datetime.now(UTC)
         self.id = f"{stamp:%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
         self.path = runs_dir / self.id
-        self.path.mkdir(mode=0o700, parents=True)
+        runs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        runs_dir.chmod(0o700)
+        self.path.mkdir(mode=0o700)
         self._log = (self.path / "events.jsonl").open("a", encoding="utf-8")
         os.chmod(self.path / "events.jsonl", 0o600)
         self.manifest: dict[str, Any] = {

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from provision import cli, pipeline
+from provision.state import StateStore
 from tests.conftest import BROKEN, EXAMPLES, run_cli
 
 LOCATED = r"^[^:]+:\d+:\d+: "
@@ -66,6 +67,12 @@ def test_plan_apply_plan_status(sim_spec: Path) -> None:
     assert manifest["spec"]["sha256"] == payload["last_run"]["spec_sha256"]
     assert manifest["hosts"] == manifest["rank_order"] == [node["name"] for node in payload["nodes"]]
     assert manifest["seeds"]["simulation"] == 7
+
+    with StateStore(state) as store:  # per-host results of the run
+        results = store.results(payload["last_run"]["id"])
+    assert [(row["node"], row["outcome"]) for row in results][:2] == [("sim01", "added"), ("sim02", "added")]
+    assert len(results) == 16 and results[0]["detail"]["address"] == "127.0.0.11"
+    assert oct(run_dir.parent.stat().st_mode & 0o777) == "0o700"
 
     # status with no spec finds the only cluster under ./.provision
     bare = run_cli("status", cwd=sim_spec.parent)

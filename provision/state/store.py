@@ -333,14 +333,15 @@ class StateStore:
         rows = self.db.execute("SELECT * FROM runs ORDER BY started_at DESC LIMIT ?", (limit,)).fetchall()
         return [dict(row) for row in rows]
 
-    def record_result(
-        self, run_id: str, node: str, phase: str, check: str, outcome: str, detail: dict[str, Any] | None = None
-    ) -> None:
+    def record_results(self, run_id: str, phase: str, rows: Iterable[tuple[str, str, str, dict[str, Any]]]) -> None:
+        """Store ``(node, check, outcome, detail)`` rows of one phase in a single transaction."""
+        stamp = now()
         with self.transaction():
-            self.db.execute(
+            self.db.executemany(
                 "INSERT INTO results (run_id, node, phase, check_name, outcome, detail, at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (run_id, node, phase, check, outcome, json.dumps(detail or {}, sort_keys=True), now()),
+                [(run_id, node, phase, check, outcome, json.dumps(detail, sort_keys=True), stamp)
+                 for node, check, outcome, detail in rows],
             )
 
     def results(self, run_id: str) -> list[dict[str, Any]]:
