@@ -1,64 +1,8 @@
-"""What the spec knows about GPU models, so thresholds can default from the SKU.
+"""Names the spec accepts: GPU models (from :mod:`provision.catalog`), burn-in stages."""
 
-Figures are the vendor/field numbers collected in ``shared/FIELD_GUIDE.md``
-(dense bf16 peak, HBM bandwidth, NVLink layout, measured 8-GPU ring all-reduce
-bus bandwidth). Thresholds are fractions of these, never the raw spec values,
-because a healthy node never reaches the datasheet figure.
-"""
+from provision.catalog import GPU_MODELS, GpuModel
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    name: str
-    memory_gib: int
-    bf16_dense_tflops: float
-    hbm_gbps: float  # GB/s
-    nvlink_links: int
-    nvlink_link_gbps: float  # GB/s per link per direction, as nvidia-smi nvlink -s prints it
-    ring_allreduce_busbw: float  # GB/s, 8 GPUs, large messages, no NVLS
-    pci_device_id: str
-
-
-GPU_MODELS: dict[str, GpuModel] = {
-    model.name: model
-    for model in (
-        GpuModel("A100-SXM4-80GB", 80, 312.0, 2039.0, 12, 25.0, 234.0, "20b2"),
-        GpuModel("H100-SXM-80GB", 80, 989.0, 3350.0, 18, 26.562, 370.0, "2330"),
-        GpuModel("H200-SXM-141GB", 141, 989.0, 4800.0, 18, 26.562, 370.0, "2335"),
-        GpuModel("B200-SXM-180GB", 180, 2250.0, 8000.0, 18, 53.125, 740.0, "2901"),
-    )
-}
+__all__ = ["BURNIN_STAGES", "GPU_MODELS", "GpuModel"]
 
 #: The stages of the burn-in, cheapest first (see the burn-in issue).
 BURNIN_STAGES = ("preflight", "node", "pairs", "collectives", "training")
-
-#: Faults the simulated cluster can inject, by name (the simulator defines their
-#: parameters and symptoms; the spec only checks names and targets).
-FAULT_KINDS = (
-    "acs_enabled",
-    "peermem_missing",
-    "peermem_unregistered",
-    "wrong_driver",
-    "gpu_missing",
-    "pcie_downtrained",
-    "xid",
-    "ecc_uncorrectable",
-    "row_remap_pending",
-    "thermal_throttle",
-    "slow_gpu",
-    "hca_port_down",
-    "ib_link_low_rate",
-    "flapping_cable",
-    "miswired_cable",
-    "missing_cable",
-    "degraded_link",
-    "rank_hang",
-    "rank_slow",
-    "rank_wrong_result",
-    "unknown_kernel_log_line",
-    "disk_full",
-)

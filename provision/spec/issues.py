@@ -63,9 +63,10 @@ def dotted(path: tuple[str | int, ...]) -> str:
     return text
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
+def did_you_mean(word: str, choices: Iterable[str], *, list_all: bool = True) -> str:
+    """A hint for a misspelt name; ``list_all=False`` for long lists such as host names."""
     options = sorted(choices)
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     if close:
         return f"did you mean {close[0]!r}?"
-    return "allowed here: " + ", ".join(options) if options else ""
+    return "allowed here: " + ", ".join(options) if options and list_all else ""

@@ -8,12 +8,12 @@ assigned, fabric dimensions computed, fault targets found.
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from provision import hostlist
-from provision.spec.catalog import FAULT_KINDS
+from provision.sim.faults import CATALOG, resolve_params, target_problem
+from provision.sim.hardware import describe
 from provision.spec.issues import did_you_mean
 from provision.spec.model import ClusterSpec
 from provision.spec.source import Path_
@@ -257,22 +257,36 @@ def _check_faults(spec: ClusterSpec, nodes: dict[str, ResolvedNode], problems: l
         return
     for index, fault in enumerate(spec.simulation.faults):
         path: Path_ = ("simulation", "faults", index)
-        if fault.kind not in FAULT_KINDS:
+        kind = CATALOG.get(fault.kind)
+        if kind is None:
             problems.append(Problem((*path, "kind"), f"unknown fault kind {fault.kind!r}",
-                                    did_you_mean(fault.kind, FAULT_KINDS)))
+                                    did_you_mean(fault.kind, CATALOG)))
+            continue
+        for name, message in resolve_params(kind, fault.params)[1]:
+            problems.append(Problem((*path, "params", name) if name in fault.params else (*path, "params"),
+                                    f"{name}: {message}"))
+        if kind.target == "cable":
+            if fault.node is not None:
+                problems.append(Problem((*path, "node"), f"{kind.name} is a fabric fault: name the cable in target, "
+                                        "not a node"))
+            if (problem := target_problem(kind, fault.target, 0, [])) is not None:
+                problems.append(Problem((*path, "target") if fault.target else path, problem))
+            continue
         if fault.node is None:
+            problems.append(Problem(path, f"{kind.name} needs the node it happens on", "add node: HOSTNAME"))
             continue
         node = nodes.get(fault.node)
         if node is None:
-            problems.append(Problem((*path, "node"), f"no node named {fault.node!r} in the spec"))
+            problems.append(Problem((*path, "node"), f"no node named {fault.node!r} in the spec",
+                                    did_you_mean(fault.node, nodes, list_all=False)))
             continue
         profile = spec.hardware.get(node.hardware)
-        target = fault.target
-        if profile is None or target is None:
+        if profile is None:
             continue
-        gpu = re.fullmatch(r"gpu(\d+)", target)
-        if gpu and int(gpu.group(1)) >= profile.gpu.count:
-            problems.append(Problem((*path, "target"), f"{node.name} has GPUs 0-{profile.gpu.count - 1}, not {target}"))
-        if re.fullmatch(r"mlx5_\d+", target) and target not in profile.rails:
-            problems.append(Problem((*path, "target"), f"{node.name} has no compute HCA {target}",
-                                    f"its HCAs: {', '.join(profile.rails)}"))
+        problem = target_problem(kind, fault.target, profile.gpu.count, list(profile.rails))
+        if problem is None and kind.target == "bridge" and fault.target is not None:
+            bridges = [device.bdf for device in describe(node.name, profile, 0).devices if device.has_acs]
+            if fault.target not in bridges:
+                problem = f"has no ACS-capable bridge {fault.target}"
+        if problem is not None:
+            problems.append(Problem((*path, "target") if fault.target else path, f"{node.name}: {problem}"))

@@ -1,0 +1,136 @@
+"""The fault catalog: every fault the simulated cluster can inject, and who must catch it.
+
+Each entry is named, parameterised (with defaults and ranges checked when the
+spec is validated) and says in one line how the pipeline is expected to notice
+it: the stage and check. End-to-end tests assert against these statements.
+``layer`` says which part of the simulator injects it: ``node`` faults live in
+a host's hardware root, ``fabric`` faults in the simulated InfiniBand fabric,
+``rank`` faults in the processes of a distributed test.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Param:
+    kind: type
+    default: Any
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    name: str
+    layer: str  # node | fabric | rank
+    target: str  # node | gpu | hca | bridge | cable
+    stage: str
+    check: str
+    statement: str
+    params: dict[str, Param] = field(default_factory=dict)
+
+
+_GPU, _HCA = "gpu", "hca"
+CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
+    FaultKind("acs_enabled", "node", "bridge", "provision", "pcie_acs",
+              "firmware leaves ACS redirect bits on; the pcie_acs role clears them and the boot unit keeps them off"),
+    FaultKind("peermem_missing", "node", "node", "provision", "gpudirect",
+              "nvidia-peermem was not built with the driver; reinstalling the driver builds it, the gpudirect role "
+              "loads and verifies it"),
+    FaultKind("peermem_unregistered", "node", "node", "provision", "gpudirect",
+              "nvidia-peermem loads but never registers with ib_core; the gpudirect role's registration check fails"),
+    FaultKind("wrong_driver", "node", "node", "provision", "gpu_driver",
+              "a different driver branch is installed and held; the gpu_driver role replaces it and reboots",
+              {"version": Param(str, "550.54.15")}),
+    FaultKind("gpu_missing", "node", _GPU, "preflight", "gpu_count",
+              "a GPU fell off the bus: absent from lspci and nvidia-smi; preflight's GPU count fails"),
+    FaultKind("pcie_downtrained", "node", "gpu_or_hca", "preflight", "pcie_link",
+              "a GPU or HCA link trained below spec; preflight's PCIe width/speed check and 'limited by' scan fail",
+              {"width": Param(int, 8, choices=(1, 2, 4, 8, 16)), "gen": Param(int, 0, 0, 6)}),
+    FaultKind("xid", "node", _GPU, "preflight", "xid",
+              "an Xid in the kernel log; preflight fails hardware-class codes and warns on benign ones",
+              {"code": Param(int, 79, 1, 200)}),
+    FaultKind("ecc_uncorrectable", "node", _GPU, "preflight", "ecc",
+              "volatile uncorrectable ECC errors; preflight's ECC check fails",
+              {"count": Param(int, 2, 1, 10_000)}),
+    FaultKind("row_remap_pending", "node", _GPU, "preflight", "row_remap",
+              "a row remap waits for a GPU reset; preflight's remapped-rows check fails"),
+    FaultKind("thermal_throttle", "node", _GPU, "preflight", "throttle",
+              "thermal slowdown active at 91 C; preflight's throttle-reason check fails",
+              {"temperature_c": Param(int, 91, 60, 120)}),
+    FaultKind("slow_gpu", "rank", _GPU, "node", "matmul",
+              "one GPU computes at a fraction of its peers; the node stage's matmul throughput check fails",
+              {"factor": Param(float, 0.5, 0.01, 0.99)}),
+    FaultKind("hca_port_down", "node", _HCA, "preflight", "ib_ports",
+              "an HCA port stays down (polling); preflight's IB port check fails"),
+    FaultKind("ib_link_low_rate", "node", _HCA, "preflight", "ib_ports",
+              "an HCA port trained below the design rate; preflight's IB rate check fails",
+              {"rate": Param(str, "HDR", choices=("EDR", "HDR"))}),
+    FaultKind("flapping_cable", "fabric", "cable", "fabric", "flaps",
+              "a cable goes down and up; topology flaps names it from events and counters",
+              {"flaps_per_hour": Param(float, 4.0, 0.1, 600.0)}),
+    FaultKind("miswired_cable", "fabric", "cable", "fabric", "audit",
+              "two cables are swapped; the topology audit reports both as miswired, each the other's partner",
+              {"partner": Param(str, "")}),
+    FaultKind("missing_cable", "fabric", "cable", "fabric", "audit",
+              "a designed cable is absent; the topology audit reports it missing"),
+    FaultKind("degraded_link", "fabric", "cable", "pairs", "tomography",
+              "a link carries a fraction of its bandwidth; pair tests and tomography locate it",
+              {"factor": Param(float, 0.5, 0.01, 0.99)}),
+    FaultKind("rank_hang", "rank", "node", "collectives", "watchdog",
+              "one rank stops inside a collective; the watchdog names its host and rank"),
+    FaultKind("rank_slow", "rank", "node", "collectives", "outliers",
+              "one rank is slow in collectives; fleet outlier detection flags its host",
+              {"factor": Param(float, 0.5, 0.01, 0.99)}),
+    FaultKind("rank_wrong_result", "rank", "node", "node", "bit_exact",
+              "one rank returns corrupted results; the bit-exact cross-check fails its host"),
+    FaultKind("unknown_kernel_log_line", "node", "node", "preflight", "kernel_log",
+              "a kernel message outside the allowlist; preflight's kernel-log check warns",
+              {"line": Param(str, "mce: [Hardware Error]: Machine check events logged")}),
+    FaultKind("disk_full", "node", "node", "preflight", "disk",
+              "a filesystem is nearly full; preflight's disk check fails",
+              {"mount": Param(str, "/"), "percent": Param(float, 99.0, 0, 100)}),
+)}
+
+
+def resolve_params(kind: FaultKind, given: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Defaults filled in; problems as (param name, message)."""
+    problems = [(name, f"unknown parameter for {kind.name}; allowed: {', '.join(kind.params) or 'none'}")
+                for name in given if name not in kind.params]
+    values = {}
+    for name, spec in kind.params.items():
+        value = given.get(name, spec.default)
+        if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, spec.kind) or isinstance(value, bool):
+            problems.append((name, f"must be a {spec.kind.__name__}"))
+            continue
+        if spec.choices and value not in spec.choices:
+            problems.append((name, f"must be one of {', '.join(map(str, spec.choices))}"))
+        if (spec.low is not None and value < spec.low) or (spec.high is not None and value > spec.high):
+            problems.append((name, f"must be between {spec.low:g} and {spec.high:g}"))
+        values[name] = value
+    return values, problems
+
+
+def target_problem(kind: FaultKind, target: str | None, gpus: int, hcas: list[str]) -> str | None:
+    """Why ``target`` cannot be hit by ``kind`` on a host with these GPUs and HCAs, or None."""
+    if target is None:
+        return "needs a target cable (SWITCH/PORT)" if kind.target == "cable" else None
+    gpu = re.fullmatch(r"gpu(\d+)", target)
+    if kind.target in (_GPU, "gpu_or_hca") and gpu:
+        return None if int(gpu.group(1)) < gpus else f"has GPUs 0-{gpus - 1}, not {target}"
+    if kind.target in (_HCA, "gpu_or_hca") and re.fullmatch(r"mlx5_\d+", target):
+        return None if target in hcas else f"has no compute HCA {target} (its HCAs: {', '.join(hcas)})"
+    if kind.target == "bridge" and re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", target):
+        return None
+    if kind.target == "cable" and re.fullmatch(r"[A-Za-z0-9._-]+/\d+", target):
+        return None
+    expected = {"gpu": "gpuN", "hca": "mlx5_N", "gpu_or_hca": "gpuN or mlx5_N", "bridge": "a PCI address",
+                "node": "no target", "cable": "SWITCH/PORT"}[kind.target]
+    return f"{kind.name} takes {expected} as target, not {target!r}"

@@ -1,0 +1,160 @@
+"""What one simulated host contains, derived from the spec's hardware profile.
+
+The layout copies a real HGX H100 server (the Dell XE9680 in the gpud fixture):
+each GPU shares a PCIe Gen5 switch with its rail HCA, under a CPU root port;
+the NVSwitches hang off their own root port; GPUs 0-3 sit on NUMA node 0 and 4-7
+on node 1. Identities (UUIDs, serials, GUIDs) are derived from the cluster
+seed and host name, so every ``sim up`` of the same spec gives the same host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from provision.catalog import GPU_MODELS
+from provision.sim import pciconfig
+from provision.sim.pciconfig import DOWNSTREAM, ENDPOINT, ROOT_PORT, UPSTREAM, LinkConfig
+
+if TYPE_CHECKING:
+    from provision.spec.model import HardwareProfile
+
+NVIDIA, MELLANOX, BROADCOM, INTEL = 0x10DE, 0x15B3, 0x1000, 0x8086
+#: Bus numbers of the eight GPU/HCA PCIe switch complexes (as on the XE9680).
+COMPLEX_BUSES = (0x15, 0x37, 0x48, 0x59, 0x97, 0xB7, 0xC7, 0xD7, 0x25, 0x65, 0x75, 0x85, 0xA5, 0xE5, 0xF0, 0x0A)
+NVSWITCH_BUS = 0x04
+HCA_DEVICE_ID = 0x1021  # ConnectX-7, shown by lspci as "MT2910 Family [ConnectX-7]"
+NVSWITCH_DEVICE_ID = 0x22A3
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    bdf: str
+    kind: str  # root_port | switch_up | switch_down | gpu | hca | nvswitch
+    vendor: int
+    device: int
+    class_code: int
+    numa_node: int
+    parent: str | None
+    link: LinkConfig
+    has_acs: bool
+    driver: str
+    secondary_bus: int = 0
+    port_number: int = 0
+
+    @property
+    def is_bridge(self) -> bool:
+        return self.kind in ("root_port", "switch_up", "switch_down")
+
+    @property
+    def port_type(self) -> int:
+        return {"root_port": ROOT_PORT, "switch_up": UPSTREAM, "switch_down": DOWNSTREAM}.get(self.kind, ENDPOINT)
+
+    def config(self, acs_control: int) -> bytes:
+        return pciconfig.build(
+            vendor=self.vendor, device=self.device, class_code=self.class_code, bridge=self.is_bridge,
+            port_type=self.port_type, link=self.link, port_number=self.port_number,
+            acs_control=acs_control if self.has_acs else None, primary_bus=int(self.bdf[5:7], 16),
+            secondary_bus=self.secondary_bus, subordinate_bus=self.secondary_bus,
+        )
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    bdf: str
+    uuid: str
+    serial: str
+    numa_node: int
+
+
+@dataclass(frozen=True)
+class Hca:
+    name: str
+    bdf: str
+    gpu: int
+    node_guid: str
+    serial: str
+    numa_node: int
+
+
+@dataclass
+class NodeHardware:
+    host: str
+    gpu_model: str
+    gpus: list[Gpu] = field(default_factory=list)
+    hcas: list[Hca] = field(default_factory=list)
+    devices: list[PciDevice] = field(default_factory=list)
+    nvswitches: int = 0
+
+    def device(self, bdf: str) -> PciDevice:
+        return next(device for device in self.devices if device.bdf == bdf)
+
+    def ancestors(self, bdf: str) -> list[str]:
+        """Upstream bridges of ``bdf``, nearest first (what ``readlink -f`` of its sysfs path shows)."""
+        chain = []
+        parent = self.device(bdf).parent
+        while parent is not None:
+            chain.append(parent)
+            parent = self.device(parent).parent
+        return chain
+
+
+def _digest(*parts: object) -> bytes:
+    return hashlib.sha256("\x1f".join(str(part) for part in parts).encode()).digest()
+
+
+def describe(host: str, profile: HardwareProfile, seed: int) -> NodeHardware:
+    model = GPU_MODELS[profile.gpu.model]
+    count = profile.gpu.count
+    hardware = NodeHardware(host, model.name)
+    hca_of_gpu = {gpu: name for name, gpu in profile.rails.items()}
+    gpu_gen = 5 if profile.pcie.gpu.gen >= 5 else profile.pcie.gpu.gen
+    hca_gen = profile.pcie.hca.gen
+    for index in range(count):
+        bus = COMPLEX_BUSES[index]
+        numa = 0 if index < max(1, count // 2) else 1
+        root, upstream = f"0000:{bus:02x}:01.0", f"0000:{bus + 1:02x}:00.0"
+        gpu_port, hca_port = f"0000:{bus + 2:02x}:00.0", f"0000:{bus + 2:02x}:01.0"
+        switch_link = LinkConfig(5, 16, 5, 16)
+        hardware.devices += [
+            PciDevice(root, "root_port", INTEL, 0x352A, 0x060400, numa, None, switch_link, True, "pcieport",
+                      secondary_bus=bus + 1, port_number=1),
+            PciDevice(upstream, "switch_up", BROADCOM, 0xC030, 0x060400, numa, root, switch_link, False, "pcieport",
+                      secondary_bus=bus + 2, port_number=200),
+            PciDevice(gpu_port, "switch_down", BROADCOM, 0xC030, 0x060400, numa, upstream,
+                      LinkConfig(5, profile.pcie.gpu.width, 5, profile.pcie.gpu.width), True, "pcieport",
+                      secondary_bus=bus + 3, port_number=0),
+        ]
+        gpu_bdf = f"0000:{bus + 3:02x}:00.0"
+        gpu_link = LinkConfig(gpu_gen, profile.pcie.gpu.width, gpu_gen, profile.pcie.gpu.width)
+        hardware.devices.append(PciDevice(gpu_bdf, "gpu", NVIDIA, int(model.pci_device_id, 16), 0x030200, numa,
+                                          gpu_port, gpu_link, False, "nvidia"))
+        digest = _digest(seed, host, "gpu", index)
+        uuid = digest[:16].hex()
+        hardware.gpus.append(Gpu(index, gpu_bdf, f"GPU-{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}",
+                                 str(1650000000000 + int.from_bytes(digest[16:20], "big") % 10**9), numa))
+        if index in hca_of_gpu:
+            hardware.devices.append(PciDevice(hca_port, "switch_down", BROADCOM, 0xC030, 0x060400, numa, upstream,
+                                              LinkConfig(5, profile.pcie.hca.width, 5, profile.pcie.hca.width), True,
+                                              "pcieport", secondary_bus=bus + 4, port_number=1))
+            hca_bdf = f"0000:{bus + 4:02x}:00.0"
+            hca_link = LinkConfig(hca_gen, profile.pcie.hca.width, hca_gen, profile.pcie.hca.width)
+            hardware.devices.append(PciDevice(hca_bdf, "hca", MELLANOX, HCA_DEVICE_ID, 0x020700, numa, hca_port,
+                                              hca_link, False, "mlx5_core"))
+            digest = _digest(seed, host, "hca", hca_of_gpu[index])
+            guid = "0x" + digest[:8].hex()
+            hardware.hcas.append(Hca(hca_of_gpu[index], hca_bdf, index, guid,
+                                     "MT23" + digest[8:12].hex().upper()[:8], numa))
+    hardware.hcas.sort(key=lambda hca: int(hca.name.split("_")[1]))
+    if profile.nvlink.nvswitch:
+        hardware.nvswitches = 4 if model.nvlink_links >= 18 else 6
+        root = f"0000:{NVSWITCH_BUS:02x}:01.0"
+        hardware.devices.append(PciDevice(root, "root_port", INTEL, 0x352A, 0x060400, 0, None,
+                                          LinkConfig(4, 4, 4, 4), True, "pcieport", secondary_bus=NVSWITCH_BUS + 1))
+        for number in range(hardware.nvswitches):
+            hardware.devices.append(PciDevice(f"0000:{NVSWITCH_BUS + 1:02x}:{number:02x}.0", "nvswitch", NVIDIA,
+                                              NVSWITCH_DEVICE_ID, 0x068000, 0, root, LinkConfig(4, 2, 4, 2), False,
+                                              "nvidia-nvswitch"))
+    return hardware

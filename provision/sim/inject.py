@@ -1,0 +1,180 @@
+"""Node-layer faults, applied to a freshly materialised host before anything runs on it.
+
+Each injector changes the host the way the real defect would show: in sysfs,
+config space, NVML's view, the kernel log, the package database. Nothing here
+is read by the pipeline directly; the pipeline sees it only through the files
+and the tool stand-ins, exactly as it would on a real host.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from provision.sim import kernel_log
+from provision.sim.hardware import NodeHardware
+from provision.sim.node import ACS_STATE_KEY, append_kernel_log, link_speed_text, sysfs_path, write
+from provision.sim.pciconfig import ACS_ENABLED_DEFAULT, CAP_EXP, ECAP_ACS, capabilities, extended_capabilities
+from provision.sim.pciconfig import read as read_config
+from provision.sim.pciconfig import write as write_config
+from provision.sim.tools.apt import package_entry, read_status, write_status
+from provision.sim.tools.system import write_modules
+
+Injector = Callable[["NodeContext", dict[str, Any], str | None], None]
+
+
+class NodeContext:
+    def __init__(self, root: Path, hardware: NodeHardware, state: dict[str, Any], link_rate: str) -> None:
+        self.root, self.hardware, self.state, self.link_rate = root, hardware, state, link_rate
+
+    def gpu(self, target: str | None) -> dict[str, Any]:
+        index = int((target or "gpu0")[3:])
+        return next(gpu for gpu in self.state["gpus"] if gpu["index"] == index)
+
+    def bdf_of(self, target: str | None) -> str:
+        if target and target.startswith("mlx5_"):
+            return next(hca.bdf for hca in self.hardware.hcas if hca.name == target)
+        return self.gpu(target)["bdf"]
+
+    def device_dir(self, bdf: str) -> Path:
+        return self.root / "sys" / sysfs_path(self.hardware, bdf)
+
+    def ib_port(self, target: str | None) -> Path:
+        name = target or self.hardware.hcas[0].name
+        return self.root / "sys" / "class" / "infiniband" / name / "ports" / "1"
+
+    def set_acs(self, bdf: str, control: int) -> None:
+        path = self.device_dir(bdf) / "config"
+        space = path.read_bytes()
+        offset = extended_capabilities(space)[ECAP_ACS][0]
+        path.write_bytes(write_config(space, offset + 6, 2, control))
+        self.state[ACS_STATE_KEY][bdf] = control
+
+
+def acs_enabled(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    bridges = [target] if target else [bdf for bdf in node.state[ACS_STATE_KEY]]
+    for bdf in bridges:
+        node.set_acs(bdf, ACS_ENABLED_DEFAULT)
+
+
+def _install(node: NodeContext, names: list[str], version: str, *, held: bool) -> None:
+    packages = read_status(node.root)
+    for name in names:
+        packages[name] = package_entry(name, version, held=held)
+    write_status(node.root, packages)
+
+
+def _driver_packages(version: str) -> list[str]:
+    branch = version.split(".")[0]
+    return [f"nvidia-driver-{branch}", f"nvidia-utils-{branch}", f"nvidia-fabricmanager-{branch}"]
+
+
+def _boot_with_driver(node: NodeContext, version: str) -> None:
+    node.state["driver_installed"] = node.state["driver_loaded"] = version
+    node.state["modules"] = ["nvidia", "nvidia_uvm", "nvidia_modeset"]
+    node.state["services"].update({"nvidia-persistenced": {"enabled": True, "active": True},
+                                   "nvidia-fabricmanager": {"enabled": True, "active": True}})
+    write_modules(node.root, node.state["modules"])
+    append_kernel_log(node.root, kernel_log.driver_load_lines(version))
+
+
+def wrong_driver(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    version = params["version"]
+    _install(node, _driver_packages(version), f"{version}-1", held=True)
+    _boot_with_driver(node, version)
+
+
+def peermem_missing(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    pinned = node.state["pinned_driver"]
+    _install(node, _driver_packages(pinned), f"{pinned}-1", held=False)
+    _boot_with_driver(node, pinned)
+    node.state["peermem_missing"] = True
+
+
+def peermem_unregistered(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.state["peermem_registers"] = False
+
+
+def gpu_missing(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    gpu = node.gpu(target)
+    bdf = gpu["bdf"]
+    shutil.rmtree(node.device_dir(bdf))
+    (node.root / "sys" / "bus" / "pci" / "devices" / bdf).unlink()
+    append_kernel_log(node.root, [f"pcieport {node.hardware.device(bdf).parent}: pciehp: Slot(28): Link Down",
+                                  f"NVRM: GPU {bdf}: RmInitAdapter failed! (0x22:0x56:667)",
+                                  f"nvidia {bdf}: probe with driver nvidia failed with error -1"])
+
+
+def pcie_downtrained(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    bdf = node.bdf_of(target)
+    device = node.hardware.device(bdf)
+    directory = node.device_dir(bdf)
+    space = (directory / "config").read_bytes()
+    offset = capabilities(space)[CAP_EXP]
+    status = read_config(space, offset + 0x12, 2)
+    gen = params["gen"] or (status & 0xF)
+    width = min(params["width"], device.link.max_width)
+    (directory / "config").write_bytes(write_config(space, offset + 0x12, 2, (status & ~0x3FF) | gen | (width << 4)))
+    write(directory / "current_link_speed", link_speed_text(gen) + "\n")
+    write(directory / "current_link_width", f"{width}\n")
+    append_kernel_log(node.root, [kernel_log.limited_by_line(device.driver, bdf, gen, width, device.link.max_gen,
+                                                             device.link.max_width, device.parent or bdf)])
+
+
+def xid(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    append_kernel_log(node.root, kernel_log.xid_lines(node.gpu(target)["bdf"], params["code"]))
+
+
+def ecc_uncorrectable(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    gpu = node.gpu(target)
+    gpu["ecc_uncorrected_volatile"] = params["count"]
+    gpu["retired_dbe"] = min(params["count"], 64)
+    gpu["retired_pending"] = True
+    append_kernel_log(node.root, kernel_log.xid_lines(gpu["bdf"], 48))
+
+
+def row_remap_pending(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    gpu = node.gpu(target)
+    gpu["remap_pending"] = True
+    gpu["remapped_uncorrectable"] = 1
+    append_kernel_log(node.root, kernel_log.xid_lines(gpu["bdf"], 63))
+
+
+def thermal_throttle(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    gpu = node.gpu(target)
+    gpu["temperature_c"] = params["temperature_c"]
+    gpu["throttle_reasons"] = ["sw_thermal_slowdown", "hw_slowdown", "hw_thermal_slowdown"]
+
+
+def hca_port_down(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    port = node.ib_port(target)
+    write(port / "state", "1: DOWN\n")
+    write(port / "phys_state", "2: Polling\n")
+    write(port / "rate", "10 Gb/sec (4X SDR)\n")
+    hca = next(hca for hca in node.hardware.hcas if hca.name == (target or node.hardware.hcas[0].name))
+    append_kernel_log(node.root, [f"mlx5_core {hca.bdf}: Port module event: module 0, Cable unplugged"])
+
+
+def ib_link_low_rate(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    rates = {"EDR": "100 Gb/sec (4X EDR)", "HDR": "200 Gb/sec (4X HDR)"}
+    write(node.ib_port(target) / "rate", rates[params["rate"]] + "\n")
+
+
+def unknown_kernel_log_line(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    append_kernel_log(node.root, [params["line"]])
+
+
+def disk_full(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    disk = next((disk for disk in node.state["disks"] if disk["mount"] == params["mount"]), node.state["disks"][0])
+    disk["used_kb"] = int(disk["size_kb"] * params["percent"] / 100)
+
+
+INJECTORS: dict[str, Injector] = {
+    "acs_enabled": acs_enabled, "wrong_driver": wrong_driver, "peermem_missing": peermem_missing,
+    "peermem_unregistered": peermem_unregistered, "gpu_missing": gpu_missing, "pcie_downtrained": pcie_downtrained,
+    "xid": xid, "ecc_uncorrectable": ecc_uncorrectable, "row_remap_pending": row_remap_pending,
+    "thermal_throttle": thermal_throttle, "hca_port_down": hca_port_down, "ib_link_low_rate": ib_link_low_rate,
+    "unknown_kernel_log_line": unknown_kernel_log_line, "disk_full": disk_full,
+}

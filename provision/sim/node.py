@@ -1,0 +1,180 @@
+"""One simulated host on disk: a hardware root in real Linux formats, and its device state.
+
+The root stands where ``/`` stands on a real host: ``sys/`` (PCI devices with
+binary config spaces, InfiniBand ports and counters, modules, peer-memory
+registration), ``proc/`` (modules, boot id, driver version), ``etc/`` and
+``var/`` (kernel log ring, dpkg status). What no file in a real ``/`` holds --
+NVML's view of the GPUs, the package repository, running services -- lives in
+``var/lib/provision-sim/node.json``, read and written only by the tool stand-ins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from provision.sim.hardware import NodeHardware, PciDevice
+from provision.sim.pciconfig import SPEEDS
+
+STATE_FILE = "var/lib/provision-sim/node.json"
+#: Node-state key: bridge BDF -> the ACS control value its firmware sets at every boot.
+ACS_STATE_KEY = "acs_firmware"
+RING_FILE = "var/log/dmesg"
+
+IB_COUNTERS = (
+    "VL15_dropped", "excessive_buffer_overrun_errors", "link_downed", "link_error_recovery",
+    "local_link_integrity_errors", "multicast_rcv_packets", "multicast_xmit_packets", "port_rcv_constraint_errors",
+    "port_rcv_data", "port_rcv_errors", "port_rcv_packets", "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors", "port_xmit_constraint_errors", "port_xmit_data", "port_xmit_discards",
+    "port_xmit_packets", "port_xmit_wait", "symbol_error", "unicast_rcv_packets", "unicast_xmit_packets",
+)
+IB_RATES = {"EDR": "100 Gb/sec (4X EDR)", "HDR": "200 Gb/sec (4X HDR)", "NDR": "400 Gb/sec (4X NDR)",
+            "XDR": "800 Gb/sec (4X XDR)"}
+BASE_MODULES = ("mlx5_core", "mlx5_ib", "ib_core", "ib_uverbs", "nvidia", "nvidia_uvm", "nvidia_modeset")
+
+
+def sysfs_path(hardware: NodeHardware, bdf: str) -> str:
+    """``devices/pci0000:15/0000:15:01.0/0000:16:00.0/…/<bdf>``: the real nesting under ``/sys``."""
+    chain = [*reversed(hardware.ancestors(bdf)), bdf]
+    return "devices/pci0000:" + chain[0][5:7] + "/" + "/".join(chain)
+
+
+def write(path: Path, content: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+
+
+def link_speed_text(gen: int) -> str:
+    return f"{SPEEDS[gen]:.1f} GT/s PCIe"
+
+
+def materialize(
+    root: Path, hardware: NodeHardware, *, kernel: str, link_rate: str, lid_base: int, boot_lines: list[str]
+) -> dict[str, Any]:
+    """Write the hardware root for a freshly delivered host; return its initial device state.
+
+    Firmware on a healthy host leaves ACS off; the ``acs_enabled`` fault turns it on.
+    """
+    sys_root = root / "sys"
+    for device in hardware.devices:
+        _write_pci_device(sys_root, hardware, device)
+    for offset, hca in enumerate(hardware.hcas):
+        device_dir = sys_root / sysfs_path(hardware, hca.bdf) / "infiniband" / hca.name
+        _write_ib_device(device_dir, hca.node_guid, f"{hardware.host} {hca.name}", link_rate, lid_base + offset)
+        (sys_root / "class" / "infiniband").mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(device_dir, sys_root / "class" / "infiniband"),
+                   sys_root / "class" / "infiniband" / hca.name)
+    for directory in ("etc/modules-load.d", "etc/modprobe.d", "etc/systemd/system", "etc/apt/preferences.d",
+                      "usr/lib/modules", "tmp"):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    write(root / "etc/hostname", hardware.host + "\n")
+    write(root / "etc/os-release", 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
+                                   'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nID=ubuntu\nID_LIKE=debian\n')
+    write(root / "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
+    write(root / "proc/sys/kernel/numa_balancing", "1\n")
+    write(root / "proc/cmdline", f"BOOT_IMAGE=/vmlinuz-{kernel} root=/dev/nvme0n1p2 ro intel_iommu=on\n")
+    write(root / RING_FILE, "".join(f"[{seconds:12.6f}] {line}\n" for seconds, line in _stamped(boot_lines)))
+    write(root / "var/lib/dpkg/status", "")
+    return {
+        "host": hardware.host,
+        "kernel": kernel,
+        "boot_count": 1,
+        "uptime_s": 3600.0,
+        "gpus": [{**asdict(gpu), "present": True, "temperature_c": 34, "ecc_mode": "Enabled",
+                  "ecc_uncorrected_volatile": 0, "ecc_corrected_volatile": 0, "retired_sbe": 0, "retired_dbe": 0,
+                  "retired_pending": False, "remap_pending": False, "remap_failure": False, "remapped_correctable": 0,
+                  "remapped_uncorrectable": 0, "throttle_reasons": [], "compute_scale": 1.0,
+                  "vbios": "96.00.89.00.01", "nvlink_inactive": []} for gpu in hardware.gpus],
+        "gpu_model": hardware.gpu_model,
+        "nvswitches": hardware.nvswitches,
+        "driver_loaded": None,
+        "peermem_registers": True,
+        "packages_available": {},
+        "services": {},
+        ACS_STATE_KEY: {device.bdf: 0 for device in hardware.devices if device.has_acs},
+        "hcas": [asdict(hca) for hca in hardware.hcas],
+        "modules": [],
+        "disks": [{"filesystem": "/dev/nvme0n1p2", "mount": "/", "size_kb": 1_844_000_000, "used_kb": 212_000_000},
+                  {"filesystem": "/dev/md0", "mount": "/scratch", "size_kb": 28_000_000_000,
+                   "used_kb": 1_100_000_000}],
+        "swap_kb": 0,
+    }
+
+
+def _write_pci_device(sys_root: Path, hardware: NodeHardware, device: PciDevice) -> None:
+    directory = sys_root / sysfs_path(hardware, device.bdf)
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {
+        "vendor": f"0x{device.vendor:04x}\n",
+        "device": f"0x{device.device:04x}\n",
+        "class": f"0x{device.class_code:06x}\n",
+        "numa_node": f"{device.numa_node}\n",
+        "current_link_speed": link_speed_text(device.link.gen) + "\n",
+        "current_link_width": f"{device.link.width}\n",
+        "max_link_speed": link_speed_text(device.link.max_gen) + "\n",
+        "max_link_width": f"{device.link.max_width}\n",
+    }
+    for name, value in files.items():
+        (directory / name).write_text(value)
+    (directory / "config").write_bytes(device.config(0))
+    driver_dir = sys_root / "bus" / "pci" / "drivers" / device.driver
+    driver_dir.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.path.relpath(driver_dir, directory), directory / "driver")
+    bus_dir = sys_root / "bus" / "pci" / "devices"
+    bus_dir.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.path.relpath(directory, bus_dir), bus_dir / device.bdf)
+
+
+def _write_ib_device(directory: Path, node_guid: str, description: str, link_rate: str, lid: int) -> None:
+    raw = node_guid.removeprefix("0x")
+    dotted = ":".join(raw[index : index + 4] for index in range(0, 16, 4))
+    port = directory / "ports" / "1"
+    files = {
+        "fw_ver": "28.41.1000", "hca_type": "MT4129", "board_id": "MT_0000000838", "node_guid": dotted,
+        "sys_image_guid": dotted, "node_desc": description, "node_type": "1: CA",
+        "ports/1/state": "4: ACTIVE", "ports/1/phys_state": "5: LinkUp", "ports/1/rate": IB_RATES[link_rate],
+        "ports/1/link_layer": "InfiniBand", "ports/1/lid": f"0x{lid:x}", "ports/1/sm_lid": "0x1",
+        "ports/1/lid_mask_count": "0", "ports/1/cap_mask": "0xa751e848",
+    }
+    for name, value in files.items():
+        write(directory / name, value + "\n")
+    for counter in IB_COUNTERS:
+        write(port / "counters" / counter, "0\n")
+
+
+def _stamped(lines: list[str]) -> list[tuple[float, str]]:
+    return [(0.000001 * index if index < 40 else 1.5 + 0.37 * index, line) for index, line in enumerate(lines)]
+
+
+def load_state(root: Path) -> dict[str, Any]:
+    return json.loads((root / STATE_FILE).read_text())
+
+
+def save_state(root: Path, state: dict[str, Any]) -> None:
+    target = root / STATE_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}")
+    temporary.write_text(json.dumps(state, indent=1, sort_keys=True))
+    temporary.replace(target)  # two tools never see half a state
+
+
+def append_kernel_log(root: Path, lines: list[str], *, at_s: float | None = None) -> None:
+    """Add lines to the ring with monotonic timestamps after the last one."""
+    ring = root / RING_FILE
+    existing = ring.read_text() if ring.exists() else ""
+    last = 0.0
+    if existing.strip():
+        tail = existing.rstrip("\n").rsplit("\n", 1)[-1]
+        last = float(tail[1 : tail.index("]")])
+    stamp = max(last + 0.000001, at_s or 0.0)
+    with ring.open("a") as handle:
+        for line in lines:
+            handle.write(f"[{stamp:12.6f}] {line}\n")
+            stamp += 0.000113

@@ -1,0 +1,216 @@
+"""``dpkg-query``, ``apt-get`` and ``apt-mark`` over ``var/lib/dpkg/status`` of a hardware root.
+
+The status file is written in dpkg's own format, so installed and held
+packages are visible to anything that reads it. The "repository" is the list of
+versions the simulator offers (the spec's pins plus realistic neighbours); asking
+for anything else fails the way apt does. Installing a driver branch removes the
+other branch (the real packages conflict); the new kernel module only takes over
+at the next boot, which is what makes "reboot only when needed" testable.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from provision.sim.node import load_state, save_state
+from provision.sim.tools.common import ToolError, not_simulated
+
+STATUS = "var/lib/dpkg/status"
+#: Package families whose branches conflict with each other (nvidia-driver-535 vs -550).
+FAMILIES = ("nvidia-driver-", "nvidia-utils-", "nvidia-fabricmanager-", "nvidia-dkms-", "libnvidia-nscq-")
+
+
+def read_status(root: Path) -> dict[str, dict[str, str]]:
+    packages: dict[str, dict[str, str]] = {}
+    path = root / STATUS
+    text = path.read_text() if path.exists() else ""
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(" "))
+        if "Package" in fields:
+            packages[fields["Package"]] = fields
+    return packages
+
+
+def write_status(root: Path, packages: dict[str, dict[str, str]]) -> None:
+    blocks = []
+    for name in sorted(packages):
+        fields = packages[name]
+        blocks.append("\n".join(f"{key}: {fields[key]}" for key in
+                                ("Package", "Status", "Priority", "Section", "Architecture", "Version", "Description")
+                                if key in fields))
+    target = root / STATUS
+    temporary = target.with_name(".status.new")
+    temporary.write_text("\n\n".join(blocks) + ("\n" if blocks else ""))
+    temporary.replace(target)
+
+
+def installed_version(root: Path, prefix: str) -> str | None:
+    """Upstream version of the installed package whose name starts with ``prefix`` (driver branches)."""
+    for name, fields in read_status(root).items():
+        if name.startswith(prefix) and fields.get("Status", "").endswith(" installed"):
+            return fields["Version"].split("-")[0]
+    return None
+
+
+def package_entry(name: str, version: str, held: bool = False) -> dict[str, str]:
+    return {"Package": name, "Status": f"{'hold' if held else 'install'} ok installed", "Priority": "optional",
+            "Section": "non-free/libs" if name.startswith(("nvidia", "libnvidia")) else "net",
+            "Architecture": "amd64", "Version": version, "Description": f"{name} (simulated package)"}
+
+
+def dpkg_query(root: Path, args: list[str]) -> int:
+    fmt = "${Package}\t${Version}\n"
+    names: list[str] = []
+    show = False
+    for arg in args:
+        if arg in ("-W", "--show"):
+            show = True
+        elif arg.startswith(("-f=", "--showformat=")):
+            fmt = arg.split("=", 1)[1].encode().decode("unicode_escape")
+        elif arg.startswith("-"):
+            not_simulated("dpkg-query", arg)
+        else:
+            names.append(arg)
+    if not show:
+        not_simulated("dpkg-query", " ".join(args))
+    packages = read_status(root)
+    selected = [packages[name] for name in sorted(packages) if not names or any(
+        re.fullmatch(pattern.replace("*", ".*"), name) for pattern in names)]
+    missing = [name for name in names if not any(re.fullmatch(name.replace("*", ".*"), p) for p in packages)]
+    for fields in selected:
+        status = fields.get("Status", "")
+        abbrev = ("hi " if status.startswith("hold") else "ii ") if status.endswith("installed") else "un "
+        text = fmt
+        for key, value in {"Package": fields["Package"], "Version": fields.get("Version", ""), "Status": status,
+                           "db:Status-Abbrev": abbrev, "Architecture": fields.get("Architecture", "")}.items():
+            text = text.replace("${" + key + "}", value)
+        print(text, end="")
+    if missing:
+        for name in missing:
+            print(f"dpkg-query: no packages found matching {name}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def apt_mark(root: Path, args: list[str]) -> int:
+    if not args or args[0] not in ("hold", "unhold", "showhold"):
+        not_simulated("apt-mark", " ".join(args))
+    packages = read_status(root)
+    if args[0] == "showhold":
+        for name in sorted(packages):
+            if packages[name]["Status"].startswith("hold"):
+                print(name)
+        return 0
+    for name in args[1:]:
+        if name not in packages:
+            raise ToolError(f"E: Unable to locate package {name}", 100)
+        held = packages[name]["Status"].startswith("hold")
+        if args[0] == "hold":
+            print(f"{name} was already set on hold." if held else f"{name} set on hold.")
+            packages[name]["Status"] = "hold ok installed"
+        else:
+            print(f"Canceled hold on {name}." if held else f"{name} was already not on hold.")
+            packages[name]["Status"] = "install ok installed"
+    write_status(root, packages)
+    return 0
+
+
+def apt_get(root: Path, args: list[str]) -> int:
+    flags = {arg for arg in args if arg.startswith("-")}
+    words = [arg for arg in args if not arg.startswith("-")]
+    known = {"-y", "-q", "-qq", "--yes", "--quiet", "--allow-downgrades", "--allow-change-held-packages",
+             "--no-install-recommends", "--reinstall"}
+    unknown = flags - known
+    if unknown or not words:
+        not_simulated("apt-get", " ".join(sorted(unknown)) or "(no command)")
+    command, requested = words[0], words[1:]
+    if command == "update":
+        print("Reading package lists... Done")
+        return 0
+    if command not in ("install", "remove", "purge"):
+        not_simulated("apt-get", command)
+    state = load_state(root)
+    available: dict[str, list[str]] = state["packages_available"]
+    packages = read_status(root)
+    print("Reading package lists...\nBuilding dependency tree...\nReading state information...")
+    if command in ("remove", "purge"):
+        for name in requested:
+            if name in packages:
+                print(f"Removing {name} ({packages[name]['Version']}) ...")
+                del packages[name]
+        write_status(root, packages)
+        return 0
+    plan: list[tuple[str, str]] = []
+    for item in requested:
+        name, _, wanted = item.partition("=")
+        if name not in available:
+            raise ToolError(f"E: Unable to locate package {name}", 100)
+        versions = available[name]
+        version = next((v for v in versions if v == wanted or (wanted.endswith("*") and v.startswith(wanted[:-1]))),
+                       None) if wanted else versions[-1]
+        if version is None:
+            raise ToolError(f"E: Version '{wanted}' for '{name}' was not found", 100)
+        plan.append((name, version))
+        dependency = name.replace("nvidia-driver-", "nvidia-utils-", 1)
+        if dependency != name and version in available.get(dependency, []) and not any(
+                planned == dependency for planned, _ in plan):
+            plan.append((dependency, version))  # the driver metapackage depends on its utils at the same version
+    held_changes = [name for name, version in plan
+                    if name in packages and packages[name]["Status"].startswith("hold")
+                    and packages[name]["Version"] != version]
+    for name, _version in plan:
+        family = next((prefix for prefix in FAMILIES if name.startswith(prefix)), None)
+        if family:
+            held_changes += [other for other in packages if other.startswith(family) and other != name
+                             and packages[other]["Status"].startswith("hold")]
+    if held_changes and "--allow-change-held-packages" not in flags:
+        raise ToolError("E: Held packages were changed and -y was used without --allow-change-held-packages.", 100)
+    downgrades = [name for name, version in plan if name in packages and _older(version, packages[name]["Version"])]
+    if downgrades and "--allow-downgrades" not in flags:
+        raise ToolError("E: Packages were downgraded and -y was used without --allow-downgrades.", 100)
+    changed = False
+    for name, version in plan:
+        family = next((prefix for prefix in FAMILIES if name.startswith(prefix)), None)
+        if family:
+            for other in [other for other in packages if other.startswith(family) and other != name]:
+                print(f"Removing {other} ({packages[other]['Version']}) ...")
+                del packages[other]
+                changed = True
+        current = packages.get(name)
+        if current and current["Version"] == version and "--reinstall" not in flags:
+            print(f"{name} is already the newest version ({version}).")
+            continue
+        held = bool(current and current["Status"].startswith("hold"))
+        packages[name] = package_entry(name, version, held=held)
+        print(f"Setting up {name} ({version}) ...")
+        _effects(state, name, version)
+        changed = True
+    write_status(root, packages)
+    if changed:
+        save_state(root, state)
+    print(f"{len(plan)} upgraded, newly installed or unchanged.")
+    return 0
+
+
+def _effects(state: dict, name: str, version: str) -> None:
+    """What a package's maintainer scripts would leave behind."""
+    upstream = version.split("-")[0]
+    if name.startswith("nvidia-driver-"):
+        # DKMS builds nvidia-peermem against the ib_core of the OFED installed right now.
+        state["peermem_built_against"] = state.get("ofed_installed")
+        state["driver_installed"] = upstream
+    elif name in ("doca-ofed", "mlnx-ofed-all"):
+        state["ofed_installed"] = upstream
+    elif name.startswith("nvidia-fabricmanager-"):
+        state.setdefault("services", {}).setdefault("nvidia-fabricmanager", {"enabled": False, "active": False})
+    elif name.startswith("nvidia-utils-"):
+        state.setdefault("services", {}).setdefault("nvidia-persistenced", {"enabled": False, "active": False})
+
+
+def _older(left: str, right: str) -> bool:
+    def key(version: str) -> list[int]:
+        return [int(part) for part in re.findall(r"\d+", version)]
+
+    return key(left) < key(right)

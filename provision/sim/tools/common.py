@@ -1,0 +1,20 @@
+"""Shared plumbing of the tool stand-ins: errors, and refusing what is not simulated."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+
+class ToolError(Exception):
+    """Ends a stand-in with ``message`` on stderr and a non-zero exit, as the real tool would."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def not_simulated(tool: str, detail: str = "") -> NoReturn:
+    """An option or command the simulator does not model must fail loudly, never succeed silently."""
+    suffix = f" {detail}" if detail else ""
+    raise ToolError(f"not simulated: {tool}{suffix}", 64)

@@ -1,0 +1,317 @@
+"""``nvidia-smi`` over a simulated host, in the real tool's formats.
+
+Supported: ``-L``; ``-q`` with ``-d`` sections and ``-i``; ``--query-gpu`` and
+``--query-remapped-rows`` with ``--format=csv[,noheader][,nounits]``;
+``nvlink -s`` / ``-e``; ``topo -m``. GPUs are the ones present in sysfs, so a
+GPU that fell off the bus disappears here and from ``lspci`` alike. Without
+the driver package the command does not exist; with a driver installed but an
+older module still loaded, NVML reports the version mismatch until a reboot.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from provision.catalog import GPU_MODELS
+from provision.sim import pciconfig
+from provision.sim.node import load_state
+from provision.sim.tools.apt import installed_version
+from provision.sim.tools.common import ToolError, not_simulated
+
+PRODUCT_NAMES = {"H100-SXM-80GB": "NVIDIA H100 80GB HBM3", "H200-SXM-141GB": "NVIDIA H200",
+                 "A100-SXM4-80GB": "NVIDIA A100-SXM4-80GB", "B200-SXM-180GB": "NVIDIA B200"}
+THROTTLE_REASONS = (  # (-q label, query field suffix, state name)
+    ("Idle", "gpu_idle", "gpu_idle"),
+    ("Applications Clocks Setting", "applications_clocks_setting", "applications_clocks"),
+    ("SW Power Cap", "sw_power_cap", "sw_power_cap"),
+    ("HW Slowdown", "hw_slowdown", "hw_slowdown"),
+    ("HW Thermal Slowdown", "hw_thermal_slowdown", "hw_thermal_slowdown"),
+    ("HW Power Brake Slowdown", "hw_power_brake_slowdown", "hw_power_brake"),
+    ("Sync Boost", "sync_boost", "sync_boost"),
+    ("SW Thermal Slowdown", "sw_thermal_slowdown", "sw_thermal_slowdown"),
+)
+THROTTLE_BITS = {"gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+                 "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake": 0x80}
+SECTIONS = {"MEMORY", "UTILIZATION", "ECC", "TEMPERATURE", "POWER", "CLOCK", "COMPUTE", "PIDS", "PERFORMANCE",
+            "SUPPORTED_CLOCKS", "PAGE_RETIREMENT", "ACCOUNTING", "ENCODER_STATS", "FBC_STATS", "ROW_REMAPPER"}
+
+
+class Smi:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.state = load_state(root)
+        self.installed = installed_version(root, "nvidia-utils-")
+        if self.installed is None:
+            raise ToolError("nvidia-smi: command not found", 127)
+        loaded = self.state.get("driver_loaded")
+        if loaded is None:
+            raise ToolError("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+                            "that the latest NVIDIA driver is installed and running.", 9)
+        if loaded != self.installed:
+            raise ToolError(f"Failed to initialize NVML: Driver/library version mismatch\n"
+                            f"NVML library version: {self.installed.rsplit('.', 1)[0]}", 18)
+        self.driver = loaded
+        self.model = GPU_MODELS[self.state["gpu_model"]]
+        devices = self.root / "sys" / "bus" / "pci" / "devices"
+        self.gpus = [gpu for gpu in self.state["gpus"] if (devices / gpu["bdf"] / "config").exists()]
+
+    def link(self, gpu: dict[str, Any]) -> tuple[int, int, int, int]:
+        space = (self.root / "sys/bus/pci/devices" / gpu["bdf"] / "config").read_bytes()
+        offset = pciconfig.capabilities(space)[pciconfig.CAP_EXP]
+        cap, sta = pciconfig.read(space, offset + 0x0C, 4), pciconfig.read(space, offset + 0x12, 2)
+        return cap & 0xF, (cap >> 4) & 0x3F, sta & 0xF, (sta >> 4) & 0x3F
+
+    def bus_id(self, gpu: dict[str, Any]) -> str:
+        return "0000" + gpu["bdf"].upper()
+
+    def name(self) -> str:
+        return PRODUCT_NAMES[self.model.name]
+
+    def select(self, index: str | None) -> list[dict[str, Any]]:
+        if index is None:
+            return self.gpus
+        chosen = [gpu for gpu in self.gpus if str(gpu["index"]) == index or gpu["uuid"] == index]
+        if not chosen:
+            raise ToolError("No devices were found", 6)
+        return chosen
+
+    # -- -L ------------------------------------------------------------------------
+    def list_gpus(self) -> None:
+        for position, gpu in enumerate(self.gpus):
+            print(f"GPU {position}: {self.name()} (UUID: {gpu['uuid']})")
+
+    # -- -q -------------------------------------------------------------------------
+    def query(self, sections: set[str], index: str | None) -> None:
+        out = ["", "==============NVSMI LOG==============", "",
+               _kv(0, "Timestamp", time.strftime("%a %b %d %H:%M:%S %Y")),
+               _kv(0, "Driver Version", self.driver), _kv(0, "CUDA Version", "12.2"), "",
+               _kv(0, "Attached GPUs", str(len(self.gpus)))]
+        for gpu in self.select(index):
+            out.append(f"GPU {self.bus_id(gpu)}")
+            out += self._gpu_tree(gpu, sections)
+            out.append("")
+        print("\n".join(out))
+
+    def _gpu_tree(self, gpu: dict[str, Any], sections: set[str]) -> list[str]:
+        everything = not sections
+        lines: list[str] = []
+        if everything:
+            max_gen, max_width, gen, width = self.link(gpu)
+            lines += [
+                _kv(1, "Product Name", self.name()), _kv(1, "Product Brand", "NVIDIA"),
+                _kv(1, "Persistence Mode", "Enabled" if self._service_active("nvidia-persistenced") else "Disabled"),
+                _kv(1, "Serial Number", gpu["serial"]), _kv(1, "GPU UUID", gpu["uuid"]),
+                _kv(1, "Minor Number", str(gpu["index"])), _kv(1, "VBIOS Version", gpu["vbios"]),
+                "    PCI", _kv(2, "Bus", "0x" + gpu["bdf"][5:7]), _kv(2, "Device", "0x00"),
+                _kv(2, "Domain", "0x0000"), _kv(2, "Device Id", f"0x{self.model.pci_device_id.upper()}10DE"),
+                _kv(2, "Bus Id", self.bus_id(gpu)), "        GPU Link Info", "            PCIe Generation",
+                _kv(4, "Max", str(max_gen)), _kv(4, "Current", str(gen)), "            Link Width",
+                _kv(4, "Max", f"{max_width}x"), _kv(4, "Current", f"{width}x"),
+            ]
+        if everything or "PERFORMANCE" in sections:
+            active = set(gpu["throttle_reasons"]) or {"gpu_idle"}
+            lines += [_kv(1, "Performance State", "P0"), "    Clocks Event Reasons"]
+            for label, _field, key in THROTTLE_REASONS:
+                depth = 3 if key in ("hw_thermal_slowdown", "hw_power_brake") else 2
+                lines.append(_kv(depth, label, "Active" if key in active else "Not Active"))
+        if everything or "ECC" in sections:
+            dram_u, dram_c = gpu["ecc_uncorrected_volatile"], gpu["ecc_corrected_volatile"]
+            lines += ["    ECC Mode", _kv(2, "Current", gpu["ecc_mode"]), _kv(2, "Pending", gpu["ecc_mode"]),
+                      "    ECC Errors", "        Volatile", _kv(3, "SRAM Correctable", "0"),
+                      _kv(3, "SRAM Uncorrectable", "0"), _kv(3, "DRAM Correctable", str(dram_c)),
+                      _kv(3, "DRAM Uncorrectable", str(dram_u)), "        Aggregate",
+                      _kv(3, "SRAM Correctable", "0"), _kv(3, "SRAM Uncorrectable", "0"),
+                      _kv(3, "DRAM Correctable", str(dram_c)), _kv(3, "DRAM Uncorrectable", str(dram_u))]
+        if everything or "PAGE_RETIREMENT" in sections:
+            lines += ["    Retired Pages", _kv(2, "Single Bit ECC", str(gpu["retired_sbe"])),
+                      _kv(2, "Double Bit ECC", str(gpu["retired_dbe"])),
+                      _kv(2, "Pending Page Blacklist", "Yes" if gpu["retired_pending"] else "No")]
+        if everything or "ROW_REMAPPER" in sections:
+            lines += ["    Remapped Rows", _kv(2, "Correctable Error", str(gpu["remapped_correctable"])),
+                      _kv(2, "Uncorrectable Error", str(gpu["remapped_uncorrectable"])),
+                      _kv(2, "Pending", "Yes" if gpu["remap_pending"] else "No"),
+                      _kv(2, "Remapping Failure Occurred", "Yes" if gpu["remap_failure"] else "No")]
+        if everything or "TEMPERATURE" in sections:
+            lines += ["    Temperature", _kv(2, "GPU Current Temp", f"{gpu['temperature_c']} C"),
+                      _kv(2, "GPU Shutdown Temp", "92 C"), _kv(2, "GPU Slowdown Temp", "89 C"),
+                      _kv(2, "GPU Max Operating Temp", "87 C")]
+        if everything:
+            lines.append(_kv(1, "Processes", "None"))
+        return lines
+
+    def _service_active(self, unit: str) -> bool:
+        return bool(self.state.get("services", {}).get(unit, {}).get("active"))
+
+    # -- --query-gpu ------------------------------------------------------------------
+    def gpu_field(self, gpu: dict[str, Any], field: str) -> tuple[str, str]:
+        """(value, unit) of one ``--query-gpu`` field."""
+        max_gen, max_width, gen, width = self.link(gpu)
+        active = set(gpu["throttle_reasons"]) or {"gpu_idle"}
+        mask = sum(THROTTLE_BITS[name] for name in active)
+        values: dict[str, tuple[str, str]] = {
+            "index": (str(gpu["index"]), ""), "uuid": (gpu["uuid"], ""), "serial": (gpu["serial"], ""),
+            "name": (self.name(), ""), "pci.bus_id": (self.bus_id(gpu), ""), "driver_version": (self.driver, ""),
+            "vbios_version": (gpu["vbios"], ""), "temperature.gpu": (str(gpu["temperature_c"]), ""),
+            "ecc.mode.current": (gpu["ecc_mode"], ""), "ecc.mode.pending": (gpu["ecc_mode"], ""),
+            "ecc.errors.uncorrected.volatile.total": (str(gpu["ecc_uncorrected_volatile"]), ""),
+            "ecc.errors.corrected.volatile.total": (str(gpu["ecc_corrected_volatile"]), ""),
+            "memory.total": (str(self.model.memory_gib * 1024 - 373), " MiB"),
+            "pcie.link.gen.current": (str(gen), ""), "pcie.link.gen.max": (str(max_gen), ""),
+            "pcie.link.width.current": (str(width), ""), "pcie.link.width.max": (str(max_width), ""),
+            "persistence_mode": ("Enabled" if self._service_active("nvidia-persistenced") else "Disabled", ""),
+            "clocks_throttle_reasons.active": (f"0x{mask:016X}", ""),
+            "clocks_event_reasons.active": (f"0x{mask:016X}", ""),
+        }
+        for _label, suffix, key in THROTTLE_REASONS:
+            text = "Active" if key in active else "Not Active"
+            values[f"clocks_throttle_reasons.{suffix}"] = values[f"clocks_event_reasons.{suffix}"] = (text, "")
+        if field not in values:
+            raise ToolError(f'Field "{field}" is not a valid field to query.', 2)
+        return values[field]
+
+    def query_gpu(self, fields: list[str], options: set[str], index: str | None) -> None:
+        rows = []
+        if "noheader" not in options:
+            header = []
+            for field in fields:
+                unit = self.gpu_field(self.gpus[0], field)[1] if self.gpus else ""
+                header.append(field + (f" [{unit.strip()}]" if unit and "nounits" not in options else ""))
+            rows.append(", ".join(header))
+        for gpu in self.select(index):
+            cells = []
+            for field in fields:
+                value, unit = self.gpu_field(gpu, field)
+                cells.append(value + ("" if "nounits" in options else unit))
+            rows.append(", ".join(cells))
+        print("\n".join(rows))
+
+    def query_remapped_rows(self, fields: list[str], options: set[str]) -> None:
+        rows = [] if "noheader" in options else [", ".join(fields)]
+        for gpu in self.gpus:
+            values = {"gpu_bus_id": self.bus_id(gpu), "gpu_uuid": gpu["uuid"],
+                      "remapped_rows.failure": "1" if gpu["remap_failure"] else "0",
+                      "remapped_rows.pending": "1" if gpu["remap_pending"] else "0",
+                      "remapped_rows.correctable": str(gpu["remapped_correctable"]),
+                      "remapped_rows.uncorrectable": str(gpu["remapped_uncorrectable"])}
+            unknown = [field for field in fields if field not in values]
+            if unknown:
+                raise ToolError(f'Field "{unknown[0]}" is not a valid field to query.', 2)
+            rows.append(", ".join(values[field] for field in fields))
+        print("\n".join(rows))
+
+    # -- nvlink / topo ------------------------------------------------------------------
+    def nvlink(self, args: list[str]) -> None:
+        mode = args[0] if args else "-s"
+        out = []
+        for gpu in self.gpus:
+            out.append(f"GPU {gpu['index']}: {self.name()} (UUID: {gpu['uuid']})")
+            inactive = set(gpu["nvlink_inactive"])
+            links = range(self.model.nvlink_links)
+            if mode in ("-s", "--status"):
+                if len(inactive) >= self.model.nvlink_links:
+                    out.append("NVML: Unable to retrieve NVLink information as all links are inactive")
+                    continue
+                for link in links:
+                    speed = "<inactive>" if link in inactive else f"{self.model.nvlink_link_gbps:g} GB/s"
+                    out.append(f"\t Link {link}: {speed}")
+            elif mode in ("-e", "--errorcounters"):
+                for link in links:
+                    for kind in ("Replay Errors", "Recovery Errors", "CRC Errors"):
+                        out.append(f"\t Link {link}: {kind}: 0")
+            else:
+                not_simulated("nvidia-smi nvlink", mode)
+        print("\n".join(out))
+
+    def topo(self, args: list[str]) -> None:
+        if args != ["-m"]:
+            not_simulated("nvidia-smi topo", " ".join(args))
+        hcas = self._hcas()
+        columns = [f"GPU{gpu['index']}" for gpu in self.gpus] + [f"NIC{number}" for number in range(len(hcas))]
+        out = ["\t" + "\t".join(columns) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"]
+        link = f"NV{self.model.nvlink_links}"
+        for gpu in self.gpus:
+            cells = ["X" if other is gpu else link for other in self.gpus]
+            for hca in hcas:
+                if hca["gpu"] == gpu["index"]:
+                    cells.append("PXB")
+                else:
+                    cells.append("NODE" if hca["numa_node"] == gpu["numa_node"] else "SYS")
+            cpus = "0-51,104-155" if gpu["numa_node"] == 0 else "52-103,156-207"
+            out.append(f"GPU{gpu['index']}\t" + "\t".join(cells) + f"\t{cpus}\t{gpu['numa_node']}\t\tN/A")
+        for number, hca in enumerate(hcas):
+            cells = []
+            for gpu in self.gpus:
+                cells.append("PXB" if hca["gpu"] == gpu["index"] else
+                             ("NODE" if hca["numa_node"] == gpu["numa_node"] else "SYS"))
+            cells += ["X" if other is hca else ("NODE" if other["numa_node"] == hca["numa_node"] else "SYS")
+                      for other in hcas]
+            out.append(f"NIC{number}\t" + "\t".join(cells))
+        out += ["", "Legend:", "", "  X    = Self",
+                "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+                "(e.g., QPI/UPI)",
+                "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
+                "within a NUMA node",
+                "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+                "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+                "  PIX  = Connection traversing at most a single PCIe bridge",
+                "  NV#  = Connection traversing a bonded set of # NVLinks", "", "NIC Legend:", ""]
+        out += [f"  NIC{number}: {hca['name']}" for number, hca in enumerate(hcas)]
+        print("\n".join(out))
+
+    def _hcas(self) -> list[dict[str, Any]]:
+        return self.state.get("hcas", [])
+
+
+def _kv(depth: int, key: str, value: str) -> str:
+    return f"{'    ' * depth}{key}".ljust(42) + f": {value}"
+
+
+def _csv_options(args: list[str]) -> set[str]:
+    for arg in args:
+        if arg.startswith("--format="):
+            options = set(arg.split("=", 1)[1].split(","))
+            if "csv" not in options:
+                not_simulated("nvidia-smi", arg)
+            return options
+    raise ToolError('"--format" option is required for query options.', 2)
+
+
+def main(root: Path, args: list[str]) -> int:
+    if args[:1] == ["nvlink"]:
+        Smi(root).nvlink(args[1:])
+        return 0
+    if args[:1] == ["topo"]:
+        Smi(root).topo(args[1:])
+        return 0
+    index = None
+    if "-i" in args:
+        position = args.index("-i")
+        index = args[position + 1] if position + 1 < len(args) else None
+        args = args[:position] + args[position + 2 :]
+    if args == ["-L"]:
+        Smi(root).list_gpus()
+        return 0
+    if args and args[0] in ("-q", "--query"):
+        sections: set[str] = set()
+        rest = args[1:]
+        if rest[:1] == ["-d"] and len(rest) > 1:
+            sections = {part.strip().upper() for part in rest[1].split(",")}
+            unknown = sections - SECTIONS
+            if unknown:
+                raise ToolError("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.", 2)
+            rest = rest[2:]
+        if rest:
+            not_simulated("nvidia-smi -q", " ".join(rest))
+        Smi(root).query(sections, index)
+        return 0
+    query = next((arg for arg in args if arg.startswith("--query-gpu=")), None)
+    if query is not None:
+        Smi(root).query_gpu(query.split("=", 1)[1].split(","), _csv_options(args), index)
+        return 0
+    remapped = next((arg for arg in args if arg.startswith("--query-remapped-rows=")), None)
+    if remapped is not None:
+        Smi(root).query_remapped_rows(remapped.split("=", 1)[1].split(","), _csv_options(args))
+        return 0
+    not_simulated("nvidia-smi", " ".join(args))

@@ -1,0 +1,307 @@
+"""Kernel modules, services, the kernel log, disks and reboots of a simulated host.
+
+``modprobe`` writes ``proc/modules`` and ``sys/module/<name>`` exactly where the
+kernel would; loading nvidia-peermem registers the peer-memory client under
+``sys/kernel/mm/memory_peers/nv_mem`` only when the (simulated) hardware and
+stack allow it, so "loaded" and "registered" can differ as they do in the field.
+A reboot forgets everything not made persistent: loaded modules not listed in
+``etc/modules-load.d``, setpci changes, running services not enabled.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from provision.sim import kernel_log
+from provision.sim.node import ACS_STATE_KEY, RING_FILE, append_kernel_log, load_state, save_state
+from provision.sim.pciconfig import ECAP_ACS, extended_capabilities, write
+from provision.sim.tools.common import ToolError, not_simulated
+
+MODULE_SIZES = {"nvidia": 62_652_416, "nvidia_uvm": 1_527_808, "nvidia_modeset": 1_314_816,
+                "nvidia_peermem": 16_384, "mlx5_core": 2_187_264, "mlx5_ib": 462_848, "ib_core": 462_848,
+                "ib_uverbs": 180_224}
+DEPENDS = {"nvidia_peermem": ["nvidia", "ib_core"], "nvidia_uvm": ["nvidia"], "nvidia_modeset": ["nvidia"],
+           "mlx5_ib": ["mlx5_core", "ib_core"]}
+PEERMEM_VERSION = "1.1-0"
+
+
+def _canonical(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def write_modules(root: Path, modules: list[str]) -> None:
+    """``proc/modules`` and ``sys/module/*`` for the loaded set."""
+    lines = []
+    for name in modules:
+        users = [other for other in modules if name in DEPENDS.get(other, [])]
+        used_by = ",".join(users) + "," if users else "-"
+        address = 0xFFFFFFFFC0000000 + 0x100000 * (sorted(MODULE_SIZES).index(name) if name in MODULE_SIZES else 99)
+        lines.append(f"{name} {MODULE_SIZES.get(name, 65_536)} {len(users)} {used_by} Live 0x{address:016x}")
+    (root / "proc").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "modules").write_text("".join(line + "\n" for line in lines))
+    module_dir = root / "sys" / "module"
+    module_dir.mkdir(parents=True, exist_ok=True)
+    for existing in module_dir.iterdir():
+        if existing.name not in modules:
+            shutil.rmtree(existing)
+    for name in modules:
+        (module_dir / name).mkdir(exist_ok=True)
+        (module_dir / name / "initstate").write_text("live\n")
+        (module_dir / name / "refcnt").write_text("0\n")
+
+
+def _register_peers(root: Path, state: dict) -> None:
+    registry = root / "sys" / "kernel" / "mm" / "memory_peers" / "nv_mem"
+    if "nvidia_peermem" in state["modules"] and state.get("peermem_registers", True):
+        registry.mkdir(parents=True, exist_ok=True)
+        (registry / "version").write_text(PEERMEM_VERSION + "\n")
+    elif registry.exists():
+        shutil.rmtree(registry)
+
+
+def _load(root: Path, state: dict, name: str, log: list[str]) -> None:
+    if name in state["modules"]:
+        return
+    if name == "nvidia":
+        installed = state.get("driver_installed")
+        if installed is None:
+            raise ToolError(f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{state['kernel']}", 1)
+        state["driver_loaded"] = installed
+        log += kernel_log.driver_load_lines(installed)
+    if name == "nvidia_peermem":
+        if state.get("driver_installed") is None or state.get("peermem_missing"):
+            raise ToolError("modprobe: FATAL: Module nvidia-peermem not found in directory "
+                            f"/lib/modules/{state['kernel']}", 1)
+        if state.get("peermem_built_against") != state.get("ofed_installed"):
+            log += kernel_log.peermem_symbol_lines()
+            raise ToolError("modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument", 1)
+    for dependency in DEPENDS.get(name, []):
+        _load(root, state, dependency, log)
+    state["modules"].append(name)
+
+
+def modprobe(root: Path, args: list[str]) -> int:
+    remove = "-r" in args or "--remove" in args
+    names = [_canonical(arg) for arg in args if not arg.startswith("-")]
+    unknown = [arg for arg in args if arg.startswith("-") and arg not in ("-r", "--remove", "-q", "--quiet")]
+    if unknown or not names:
+        not_simulated("modprobe", " ".join(unknown) or "(no module)")
+    state = load_state(root)
+    log: list[str] = []
+    try:
+        for name in names:
+            if remove:
+                users = [other for other in state["modules"] if name in DEPENDS.get(other, [])]
+                if users:
+                    raise ToolError(f"modprobe: FATAL: Module {name} is in use.", 1)
+                if name == "nvidia" and any(service.get("active") for unit, service in state["services"].items()
+                                            if unit.startswith("nvidia-")):
+                    raise ToolError("modprobe: FATAL: Module nvidia is in use.", 1)
+                if name in state["modules"]:
+                    state["modules"].remove(name)
+                    if name == "nvidia":
+                        state["driver_loaded"] = None
+            elif name not in MODULE_SIZES:
+                raise ToolError(f"modprobe: FATAL: Module {name} not found in directory /lib/modules/{state['kernel']}",
+                                1)
+            else:
+                _load(root, state, name, log)
+    finally:
+        if log:
+            append_kernel_log(root, log)
+        write_modules(root, state["modules"])
+        _register_peers(root, state)
+        save_state(root, state)
+    return 0
+
+
+def lsmod(root: Path, args: list[str]) -> int:
+    if args:
+        not_simulated("lsmod", " ".join(args))
+    print("Module                  Size  Used by")
+    for line in (root / "proc" / "modules").read_text().splitlines():
+        name, size, count, users = line.split()[:4]
+        users = users.rstrip(",") if users != "-" else ""
+        print(f"{name:<19} {size:>8}  {count} {users}".rstrip())
+    return 0
+
+
+def dmesg(root: Path, args: list[str]) -> int:
+    human = False
+    for arg in args:
+        if arg in ("-T", "--ctime"):
+            human = True
+        elif arg not in ("--notime",):
+            not_simulated("dmesg", arg)
+    state = load_state(root)
+    booted = time.time() - state.get("uptime_s", 3600.0)
+    for line in (root / RING_FILE).read_text().splitlines():
+        seconds, message = float(line[1 : line.index("]")]), line[line.index("]") + 2 :]
+        if "--notime" in args:
+            print(message)
+        elif human:
+            print(f"[{time.strftime('%a %b %d %H:%M:%S %Y', time.localtime(booted + seconds))}] {message}")
+        else:
+            print(line)
+    return 0
+
+
+def systemctl(root: Path, args: list[str]) -> int:
+    words = [arg for arg in args if not arg.startswith("-")]
+    if not words:
+        not_simulated("systemctl", " ".join(args))
+    state = load_state(root)
+    services: dict[str, dict[str, bool]] = state.setdefault("services", {})
+    command, units = words[0], [unit.removesuffix(".service") for unit in words[1:]]
+    unit_dir = root / "etc" / "systemd" / "system"
+
+    def known(unit: str) -> dict[str, bool]:
+        if unit not in services and (unit_dir / f"{unit}.service").exists():
+            services[unit] = {"enabled": False, "active": False}
+        if unit not in services:
+            raise ToolError(f"Failed to {command} {unit}.service: Unit {unit}.service not found.", 5)
+        return services[unit]
+
+    if command == "daemon-reload":
+        for path in unit_dir.glob("*.service"):
+            services.setdefault(path.stem, {"enabled": False, "active": False})
+    elif command == "is-active":
+        active = all(services.get(unit, {}).get("active") for unit in units)
+        for unit in units:
+            print("active" if services.get(unit, {}).get("active") else "inactive")
+        return 0 if active else 3
+    elif command == "is-enabled":
+        enabled = all(services.get(unit, {}).get("enabled") for unit in units)
+        for unit in units:
+            print("enabled" if services.get(unit, {}).get("enabled") else
+                  ("disabled" if unit in services else "not-found"))
+        return 0 if enabled else 1
+    elif command in ("start", "restart"):
+        for unit in units:
+            known(unit).update(active=True, failed=False)
+        save_state(root, state)
+        for unit in units:
+            _run_unit(root, unit)
+        return _unit_failures(root, units, command)
+    elif command == "stop":
+        for unit in units:
+            known(unit)["active"] = False
+    elif command in ("enable", "disable"):
+        for unit in units:
+            known(unit)["enabled"] = command == "enable"
+            if "--now" in args:
+                known(unit).update(active=command == "enable", failed=False)
+        save_state(root, state)
+        if command == "enable" and "--now" in args:
+            for unit in units:
+                _run_unit(root, unit)
+            return _unit_failures(root, units, command)
+        return 0
+    else:
+        not_simulated("systemctl", command)
+    save_state(root, state)
+    return 0
+
+
+def _run_unit(root: Path, unit: str) -> None:
+    """Run a unit's ``ExecStart=`` commands through this host's stand-ins, as systemd would at start."""
+    path = root / "etc" / "systemd" / "system" / f"{unit}.service"
+    if not path.exists():
+        return
+    environment = {**os.environ, "PATH": f"{root.parent / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    outcomes = []
+    for line in path.read_text().splitlines():
+        if line.startswith("ExecStart="):
+            command = line.split("=", 1)[1].lstrip("-")
+            try:
+                result = subprocess.run(shlex.split(command), env=environment, capture_output=True, text=True,
+                                        timeout=120, check=False)
+                outcomes.append((command, result.returncode, (result.stdout + result.stderr)[-2000:]))
+            except (OSError, subprocess.TimeoutExpired) as error:
+                outcomes.append((command, 127, str(error)))
+    state = load_state(root)  # the command may have changed the state (modprobe, systemctl)
+    service = state.setdefault("services", {}).setdefault(unit, {"enabled": False, "active": False})
+    service["runs"] = service.get("runs", 0) + 1
+    service["last_result"] = [{"command": c, "exit_code": code, "output": out} for c, code, out in outcomes]
+    if any(code != 0 for _c, code, _out in outcomes):
+        service["active"] = False
+        service["failed"] = True
+    save_state(root, state)
+
+
+def _unit_failures(root: Path, units: list[str], command: str) -> int:
+    state = load_state(root)
+    failed = [unit for unit in units if state["services"].get(unit, {}).get("failed")]
+    for unit in failed:
+        print(f"Job for {unit}.service failed because the control process exited with error code.",
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
+def df(root: Path, args: list[str]) -> int:
+    if any(arg not in ("-P", "-k", "--output=source,size,used,avail,pcent,target") for arg in args):
+        not_simulated("df", " ".join(args))
+    state = load_state(root)
+    print("Filesystem     1024-blocks       Used   Available Capacity Mounted on")
+    for disk in state["disks"]:
+        available = disk["size_kb"] - disk["used_kb"]
+        percent = -(-disk["used_kb"] * 100 // disk["size_kb"])
+        print(f"{disk['filesystem']:<14} {disk['size_kb']:>11} {disk['used_kb']:>10} {available:>11} {percent:>7}% "
+              f"{disk['mount']}")
+    return 0
+
+
+def reboot(root: Path, args: list[str]) -> int:
+    """``reboot`` / ``shutdown -r``: the host comes back with only what was made persistent."""
+    state = load_state(root)
+    state["boot_count"] = state.get("boot_count", 1) + 1
+    state["uptime_s"] = 5.0
+    (root / "proc" / "sys" / "kernel" / "random" / "boot_id").write_text(f"{uuid.uuid4()}\n")
+    state["driver_loaded"] = None
+    state["modules"] = []
+    for service in state.get("services", {}).values():
+        service["active"] = bool(service.get("enabled"))
+    _restore_firmware_acs(root, state)
+    persistent = []
+    for path in sorted((root / "etc" / "modules-load.d").glob("*.conf")):
+        persistent += [line.strip() for line in path.read_text().splitlines()
+                       if line.strip() and not line.startswith("#")]
+    log: list[str] = []
+    save_state(root, state)
+    for name in ["nvidia", *persistent]:
+        try:
+            _load(root, state, _canonical(name), log)
+        except ToolError as error:
+            log.append(f"systemd-modules-load[612]: Failed to insert module '{name}': {error.message}")
+    append_kernel_log(root, ["reboot: Restarting system", *log])
+    write_modules(root, state["modules"])
+    _register_peers(root, state)
+    enabled_units = [unit for unit, service in state.get("services", {}).items() if service.get("enabled")]
+    save_state(root, state)
+    for unit in enabled_units:
+        _run_unit(root, unit)
+    print("Rebooting.", file=sys.stderr)
+    return 0
+
+
+def _restore_firmware_acs(root: Path, state: dict) -> None:
+    """setpci edits do not survive a reboot: every ACS control register goes back to the firmware value."""
+    defaults: dict[str, int] = state.get(ACS_STATE_KEY, {})
+    devices = root / "sys" / "bus" / "pci" / "devices"
+    for bdf, control in defaults.items():
+        path = devices / bdf / "config"
+        if not path.exists():
+            continue
+        space = path.read_bytes()
+        found = extended_capabilities(space).get(ECAP_ACS)
+        if found:
+            temporary = path.with_name(".config.new")
+            temporary.write_bytes(write(space, found[0] + 6, 2, control))
+            temporary.replace(path)
