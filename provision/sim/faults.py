@@ -104,7 +104,7 @@ def resolve_params(kind: FaultKind, given: dict[str, Any]) -> tuple[dict[str, An
                 for name in given if name not in kind.params]
     values = {}
     for name, spec in kind.params.items():
-        value = given.get(name, spec.default)
+        value: Any = given.get(name, spec.default)
         if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, spec.kind) or isinstance(value, bool):
@@ -112,7 +112,7 @@ def resolve_params(kind: FaultKind, given: dict[str, Any]) -> tuple[dict[str, An
             continue
         if spec.choices and value not in spec.choices:
             problems.append((name, f"must be one of {', '.join(map(str, spec.choices))}"))
-        if (spec.low is not None and value < spec.low) or (spec.high is not None and value > spec.high):
+        if spec.low is not None and spec.high is not None and not spec.low <= value <= spec.high:
             problems.append((name, f"must be between {spec.low:g} and {spec.high:g}"))
         values[name] = value
     return values, problems
