@@ -112,7 +112,9 @@ def resolve_params(kind: FaultKind, given: dict[str, Any]) -> tuple[dict[str, An
             continue
         if spec.choices and value not in spec.choices:
             problems.append((name, f"must be one of {', '.join(map(str, spec.choices))}"))
-        if spec.low is not None and spec.high is not None and not spec.low <= value <= spec.high:
+        numeric = float(value) if isinstance(value, int | float) else None
+        if numeric is not None and spec.low is not None and spec.high is not None \
+                and not spec.low <= numeric <= spec.high:
             problems.append((name, f"must be between {spec.low:g} and {spec.high:g}"))
         values[name] = value
     return values, problems
