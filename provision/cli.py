@@ -22,9 +22,10 @@ from rich.table import Table
 
 from provision import __version__, hostlist, pipeline
 from provision.runs import RunRecord
+from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec, SpecError, load_spec
 from provision.spec.thresholds import effective_thresholds
-from provision.state import LockHeld, NodeState, StateStore, StoreError
+from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -224,6 +225,72 @@ def _print_status(cluster: str, store: StateStore) -> None:
         out.print(reasons)
 
 
+@cli.group()
+def sim() -> None:
+    """The built-in simulated cluster of a spec with a `simulation:` section."""
+
+
+@sim.command(name="up")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@state_dir_option
+@click.option("--rebuild", is_flag=True, help="Throw away the simulated hosts and build them again.")
+@json_option
+def sim_up(spec: Path, state_dir: Path | None, rebuild: bool, as_json: bool) -> int:
+    """Materialise the simulated hosts (idempotent)."""
+    loaded = load_spec(spec)
+    target = _state_dir(loaded, state_dir)
+    with ClusterLock(_ensure(target), "sim up"):
+        manifest = sim_cluster.up(loaded, target, rebuild=rebuild)
+    if as_json:
+        _emit_json({**manifest, "sim_dir": str(sim_cluster.sim_dir(target))})
+    else:
+        out.print(sim_cluster.summary(manifest), markup=False)
+        out.print(f"hosts under {sim_cluster.sim_dir(target) / 'nodes'}; run a host's tools with "
+                  f"PATH={sim_cluster.node_paths(target, loaded.node_names[0]).bin}:$PATH", markup=False)
+    return EXIT_OK
+
+
+@sim.command(name="down")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@state_dir_option
+def sim_down(spec: Path, state_dir: Path | None) -> int:
+    """Remove the simulated hosts."""
+    loaded = load_spec(spec)
+    target = _state_dir(loaded, state_dir)
+    if not target.exists():
+        out.print("no simulated cluster", markup=False)
+        return EXIT_OK
+    with ClusterLock(target, "sim down"):
+        removed = sim_cluster.down(target)
+    out.print("removed the simulated cluster" if removed else "no simulated cluster", markup=False)
+    return EXIT_OK
+
+
+@sim.command(name="faults")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@json_option
+def sim_faults(spec: Path, as_json: bool) -> int:
+    """The spec's injected faults, and the stage and check expected to catch each."""
+    loaded = load_spec(spec)
+    rows = sim_cluster.describe_faults(loaded)
+    if as_json:
+        _emit_json({"cluster": loaded.spec.cluster.name, "faults": rows})
+        return EXIT_OK
+    table = Table(title=f"{loaded.spec.cluster.name}: {len(rows)} injected fault(s)", title_justify="left")
+    for column in ("kind", "target", "stage", "check", "expected"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        where = "/".join(part for part in (row["node"], row["target"]) if part)
+        table.add_row(row["kind"], where, row["stage"], row["check"], row["expected"])
+    out.print(table)
+    return EXIT_OK
+
+
+def _ensure(directory: Path) -> Path:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return directory
+
+
 @cli.group(name="hostlist")
 def hostlist_group() -> None:
     """Expand and compress Slurm hostlist expressions."""
@@ -260,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         for issue in error.issues:
             err.print(str(issue), markup=False)
         return EXIT_USAGE
-    except (pipeline.UsageProblem, LockHeld, StoreError) as error:
+    except (pipeline.UsageProblem, LockHeld, StoreError, sim_cluster.SimError) as error:
         err.print(f"provision: {error}", markup=False)
         return EXIT_USAGE
     except click.exceptions.Exit as done:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from provision import hostlist
 from provision.runs import RunRecord
+from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.state import ClusterLock, NodeState, StateStore
@@ -106,7 +107,34 @@ class RegisterPhase:
                                                 "removed": change.removed})
 
 
-PHASES: tuple[Phase, ...] = (RegisterPhase(),)
+class SimulatePhase:
+    """With a ``simulation:`` section, the simulated hosts must exist before anything talks to them."""
+
+    name = "simulate"
+    description = "bring up the simulated cluster"
+
+    def plan(self, loaded: LoadedSpec, store: StateStore | None) -> PhaseReport:
+        if loaded.spec.simulation is None:
+            return PhaseReport(self.name, "no simulation section", {})
+        state_dir = store.state_dir if store else None
+        current = sim_cluster.read_manifest(state_dir) if state_dir else None
+        if current is not None and current["spec_sha256"] == loaded.sha256:
+            return PhaseReport(self.name, "simulated cluster is up", {})
+        return PhaseReport(self.name, f"would bring up {len(loaded.nodes)} simulated nodes with "
+                           f"{len(loaded.spec.simulation.faults)} fault(s)", {"nodes": loaded.node_names})
+
+    def run(self, context: PhaseContext) -> PhaseReport:
+        if context.loaded.spec.simulation is None:
+            return PhaseReport(self.name, "no simulation section", {})
+        manifest = sim_cluster.up(context.loaded, context.store.state_dir)
+        for node in context.targets:  # the hosts this run will touch are built now, not mid-playbook
+            sim_cluster.materialize(context.store.state_dir, [node.name])
+            context.advance(1)
+        context.run.event("phase.simulate", changed=manifest["changed"], faults=manifest["faults"])
+        return PhaseReport(self.name, sim_cluster.summary(manifest), {"faults": manifest["faults"]})
+
+
+PHASES: tuple[Phase, ...] = (SimulatePhase(), RegisterPhase())
 
 
 def select_phases(names: str | None) -> list[Phase]:

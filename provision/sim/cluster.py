@@ -1,32 +1,32 @@
 """The simulated cluster under a state directory: ``provision sim up | down | faults``.
 
-``sim up`` materialises one hardware root and one stand-in ``bin/`` per node
-under ``<state-dir>/sim/nodes/<host>/`` and injects the spec's faults. It is
-idempotent: the same spec again is a no-op; a changed spec is refused until
-``sim down`` (or ``--rebuild``), because silently rebuilding would erase what a
-rehearsal had already done to the hosts. Faults of layers not built yet are
+``sim up`` records one host per node under ``<state-dir>/sim/nodes/<host>/``
+(a recipe and a stand-in ``bin/``; the hardware root is built on first touch)
+and injects the spec's faults. It is idempotent, and a changed spec is
+reconciled host by host rather than rebuilt, because simulated hardware, like
+real hardware, keeps what was done to it. Faults of layers not built yet are
 reported as not injected, never pretended.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import stat
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from provision.sim import kernel_log
 from provision.sim.faults import CATALOG, resolve_params
+from provision.sim.files import clone_tree
 from provision.sim.hardware import describe
-from provision.sim.inject import INJECTORS, NodeContext
-from provision.sim.node import materialize, save_state
+from provision.sim.host import ensure_host, read_recipe, write_recipe
+from provision.sim.node import materialize_shared
 from provision.sim.tools.__main__ import GUARDED, TOOLS
-from provision.sim.tools.apt import package_entry, write_status
-from provision.sim.tools.system import write_modules
 from provision.spec import LoadedSpec
 
 MANIFEST = "cluster.json"
@@ -72,15 +72,18 @@ def describe_faults(loaded: LoadedSpec) -> list[dict[str, Any]]:
 
 
 def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[str, Any]:
+    """Bring the simulated hosts in line with the spec, the way hardware outlives a spec edit.
+
+    Hosts whose recipe (profile, seed, faults) is unchanged keep everything done to them; new hosts are
+    added, hosts gone from the spec removed, hosts whose recipe changed rebuilt fresh. ``rebuild`` starts
+    every host fresh.
+    """
     if loaded.spec.simulation is None:
         raise SimError("the spec has no simulation: section")
     existing = read_manifest(state_dir)
-    if existing is not None:
-        if existing["spec_sha256"] == loaded.sha256 and not rebuild:
-            return {**existing, "changed": False}
-        if not rebuild:
-            raise SimError(f"the simulated cluster in {sim_dir(state_dir)} was built from a different spec "
-                           f"(sha256 {existing['spec_sha256'][:12]}); run `provision sim down` or pass --rebuild")
+    if existing is not None and existing["spec_sha256"] == loaded.sha256 and not rebuild:
+        return {**existing, "changed": False}
+    if rebuild:
         down(state_dir)
     base = sim_dir(state_dir)
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -88,36 +91,77 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     faults = describe_faults(loaded)
     by_node: dict[str, list[dict[str, Any]]] = {}
     for fault in faults:
-        by_node.setdefault(fault["node"] or "", []).append(fault)
-    for fault in faults:
         fault["injected"] = fault["layer"] == "node"
         if not fault["injected"]:
             fault["note"] = f"the {fault['layer']} layer of the simulator is not built yet: not injected"
+        by_node.setdefault(fault["node"] or "", []).append(fault)
+    kernel = loaded.spec.software.kernel or DEFAULT_KERNEL
+    repository = _repository(loaded, faults)
+    templates: dict[str, Path] = {}
+    bin_template = _write_bin_template(base / "templates" / "bin")
+    hosts: dict[str, list[str]] = {"added": [], "rebuilt": [], "kept": [], "removed": []}
     lid = 0x10
     for node in loaded.nodes:
-        profile = loaded.spec.hardware[node.hardware]
-        hardware = describe(node.name, profile, seed)
-        paths = node_paths(state_dir, node.name)
-        state = materialize(paths.root, hardware, kernel=loaded.spec.software.kernel or DEFAULT_KERNEL,
-                            link_rate=loaded.spec.fabric.link_rate, lid_base=lid,
-                            boot_lines=kernel_log.boot_lines(hardware, loaded.spec.software.kernel or DEFAULT_KERNEL))
+        hardware = describe(node.name, loaded.spec.hardware[node.hardware], seed)
+        shared = {"profile": node.hardware, "kernel": kernel, "link_rate": loaded.spec.fabric.link_rate,
+                  "devices": [asdict(device) for device in hardware.devices]}
+        key = f"{node.hardware}-{hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]}"
+        if key not in templates:  # hosts of one profile share all but their identity files
+            templates[key] = base / "templates" / key
+            if not templates[key].exists():
+                materialize_shared(templates[key], hardware, kernel=kernel, link_rate=shared["link_rate"],
+                                   boot_lines=kernel_log.boot_lines(hardware, kernel))
+        recipe = {"hardware": asdict(hardware), "template": str(templates[key]), "kernel": kernel,
+                  "link_rate": shared["link_rate"], "lid_base": lid, "pinned_driver": loaded.spec.software.gpu_driver,
+                  "repository": repository,
+                  "faults": [fault for fault in by_node.get(node.name, []) if fault["injected"]]}
         lid += len(hardware.hcas)
-        state["pinned_driver"] = loaded.spec.software.gpu_driver
-        state["packages_available"] = _repository(loaded, faults)
-        write_status(paths.root, {"linux-image-" + state["kernel"]: package_entry(
-            "linux-image-" + state["kernel"], state["kernel"].rsplit("-", 1)[0] + ".122")})
-        context = NodeContext(paths.root, hardware, state, loaded.spec.fabric.link_rate)
-        for fault in by_node.get(node.name, []):
-            if fault["injected"]:
-                INJECTORS[fault["kind"]](context, fault["params"], fault["target"])
-        write_modules(paths.root, state["modules"])
-        save_state(paths.root, state)
-        _write_bin(paths)
+        host_dir = node_paths(state_dir, node.name).root.parent
+        previous = read_recipe(host_dir)
+        if previous is not None and _same_host(previous, recipe):
+            hosts["kept"].append(node.name)
+            continue
+        hosts["added" if previous is None else "rebuilt"].append(node.name)
+        if host_dir.exists():
+            shutil.rmtree(host_dir)
+        clone_tree(bin_template, host_dir / "bin")
+        write_recipe(host_dir, recipe)
+    wanted = set(loaded.node_names)
+    for host_dir in sorted((base / "nodes").iterdir()):
+        if host_dir.name not in wanted:
+            shutil.rmtree(host_dir)
+            hosts["removed"].append(host_dir.name)
+    in_use = {recipe["template"] for host_dir in (base / "nodes").iterdir()
+              if (recipe := read_recipe(host_dir)) is not None}
+    for template in (base / "templates").iterdir():
+        if template.name != "bin" and str(template) not in in_use:
+            shutil.rmtree(template)  # materialised hosts hold hard links, not references
     manifest = {"cluster": loaded.spec.cluster.name, "spec_path": str(loaded.path.resolve()),
-                "spec_sha256": loaded.sha256, "seed": seed, "nodes": [node.name for node in loaded.nodes],
-                "faults": faults}
+                "spec_sha256": loaded.sha256, "seed": seed, "nodes": loaded.node_names, "faults": faults,
+                "hosts": hosts}
     (base / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return {**manifest, "changed": True}
+
+
+def _same_host(previous: dict[str, Any], recipe: dict[str, Any]) -> bool:
+    """Same hardware, faults and mirror: the existing host stands (its LID may have moved, as SMs do)."""
+    ignore = {"lid_base", "template"}
+    return {k: v for k, v in previous.items() if k not in ignore} == {k: v for k, v in recipe.items() if k not in ignore}
+
+
+def summary(manifest: dict[str, Any]) -> str:
+    injected = [fault for fault in manifest["faults"] if fault["injected"]]
+    pending = [fault for fault in manifest["faults"] if not fault["injected"]]
+    verb = "brought up" if manifest["changed"] else "already up:"
+    text = f"{verb} {len(manifest['nodes'])} simulated nodes, {len(injected)} fault(s) injected"
+    changes = ", ".join(f"{len(names)} {what}" for what, names in manifest.get("hosts", {}).items()
+                        if names and what != "kept" and manifest["changed"])
+    if changes and manifest["hosts"]["kept"]:
+        text += f" (hosts {changes}; {len(manifest['hosts']['kept'])} kept as they were)"
+    if pending:
+        kinds = ", ".join(sorted({fault["kind"] for fault in pending}))
+        text += f"; not injected yet ({kinds}): their simulator layer is not built"
+    return text
 
 
 def down(state_dir: Path) -> bool:
@@ -147,14 +191,23 @@ def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, l
     return {name: sorted(set(versions)) for name, versions in repository.items()}
 
 
-def _write_bin(paths: NodePaths) -> None:
-    """One shell script per tool: the node's root is baked in, so a tool never guesses its node."""
-    paths.bin.mkdir(parents=True, exist_ok=True)
+def _write_bin_template(directory: Path) -> Path:
+    """One script per tool, shared by every host through hard links: each finds its host's root
+    next to its own ``bin/`` (``${0%/*}/../root``), so no script needs to name its host."""
+    directory.mkdir(parents=True, exist_ok=True)
     python = sys.executable
     for tool in (*TOOLS, *GUARDED):
-        script = paths.bin / tool
-        script.write_text(f'#!/bin/sh\nexec "{python}" -m provision.sim.tools --root "{paths.root}" {tool} "$@"\n')
+        script = directory / tool
+        script.write_text(f'#!/bin/sh\nexec "{python}" -m provision.sim.tools --root "${{0%/*}}/../root" '
+                          f'{tool} "$@"\n')
         script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return directory
+
+
+def materialize(state_dir: Path, hosts: list[str]) -> None:
+    """Build the hardware roots of ``hosts`` now, rather than on their first touch."""
+    for host in hosts:
+        ensure_host(node_paths(state_dir, host).root.parent)
 
 
 def environment(paths: NodePaths) -> dict[str, str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.sim import kernel_log
+from provision.sim.files import replace_file
 from provision.sim.hardware import NodeHardware
 from provision.sim.node import ACS_STATE_KEY, append_kernel_log, link_speed_text, sysfs_path, write
 from provision.sim.pciconfig import ACS_ENABLED_DEFAULT, CAP_EXP, ECAP_ACS, capabilities, extended_capabilities
@@ -49,7 +50,7 @@ class NodeContext:
         path = self.device_dir(bdf) / "config"
         space = path.read_bytes()
         offset = extended_capabilities(space)[ECAP_ACS][0]
-        path.write_bytes(write_config(space, offset + 6, 2, control))
+        replace_file(path, write_config(space, offset + 6, 2, control))
         self.state[ACS_STATE_KEY][bdf] = control
 
 
@@ -116,7 +117,7 @@ def pcie_downtrained(node: NodeContext, params: dict[str, Any], target: str | No
     status = read_config(space, offset + 0x12, 2)
     gen = params["gen"] or (status & 0xF)
     width = min(params["width"], device.link.max_width)
-    (directory / "config").write_bytes(write_config(space, offset + 0x12, 2, (status & ~0x3FF) | gen | (width << 4)))
+    replace_file(directory / "config", write_config(space, offset + 0x12, 2, (status & ~0x3FF) | gen | (width << 4)))
     write(directory / "current_link_speed", link_speed_text(gen) + "\n")
     write(directory / "current_link_width", f"{width}\n")
     append_kernel_log(node.root, [kernel_log.limited_by_line(device.driver, bdf, gen, width, device.link.max_gen,

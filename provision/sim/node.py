@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from provision.sim.files import replace_file
 from provision.sim.hardware import NodeHardware, PciDevice
 from provision.sim.pciconfig import SPEEDS
 
@@ -44,44 +45,56 @@ def sysfs_path(hardware: NodeHardware, bdf: str) -> str:
 
 
 def write(path: Path, content: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
+    replace_file(path, content)
 
 
 def link_speed_text(gen: int) -> str:
     return f"{SPEEDS[gen]:.1f} GT/s PCIe"
 
 
-def materialize(
-    root: Path, hardware: NodeHardware, *, kernel: str, link_rate: str, lid_base: int, boot_lines: list[str]
-) -> dict[str, Any]:
-    """Write the hardware root for a freshly delivered host; return its initial device state.
+def materialize_shared(root: Path, hardware: NodeHardware, *, kernel: str, link_rate: str,
+                       boot_lines: list[str]) -> None:
+    """Everything every host of this hardware profile has in common (the template).
 
     Firmware on a healthy host leaves ACS off; the ``acs_enabled`` fault turns it on.
     """
     sys_root = root / "sys"
     for device in hardware.devices:
         _write_pci_device(sys_root, hardware, device)
-    for offset, hca in enumerate(hardware.hcas):
+    for hca in hardware.hcas:
         device_dir = sys_root / sysfs_path(hardware, hca.bdf) / "infiniband" / hca.name
-        _write_ib_device(device_dir, hca.node_guid, f"{hardware.host} {hca.name}", link_rate, lid_base + offset)
+        _write_ib_device(device_dir, link_rate)
         (sys_root / "class" / "infiniband").mkdir(parents=True, exist_ok=True)
         os.symlink(os.path.relpath(device_dir, sys_root / "class" / "infiniband"),
                    sys_root / "class" / "infiniband" / hca.name)
     for directory in ("etc/modules-load.d", "etc/modprobe.d", "etc/systemd/system", "etc/apt/preferences.d",
-                      "usr/lib/modules", "tmp"):
+                      "usr/lib/modules", "usr/local/sbin", "tmp", "sys/module"):
         (root / directory).mkdir(parents=True, exist_ok=True)
-    write(root / "etc/hostname", hardware.host + "\n")
     write(root / "etc/os-release", 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
                                    'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nID=ubuntu\nID_LIKE=debian\n')
-    write(root / "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
     write(root / "proc/sys/kernel/numa_balancing", "1\n")
     write(root / "proc/cmdline", f"BOOT_IMAGE=/vmlinuz-{kernel} root=/dev/nvme0n1p2 ro intel_iommu=on\n")
+    write(root / "proc/modules", "")
     write(root / RING_FILE, "".join(f"[{seconds:12.6f}] {line}\n" for seconds, line in _stamped(boot_lines)))
     write(root / "var/lib/dpkg/status", "")
+
+
+def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int) -> None:
+    """The files that make a host itself: its name, boot id and HCA identities."""
+    write(root / "etc/hostname", hardware.host + "\n")
+    write(root / "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
+    for offset, hca in enumerate(hardware.hcas):
+        device_dir = root / "sys" / "class" / "infiniband" / hca.name
+        raw = hca.node_guid.removeprefix("0x")
+        dotted = ":".join(raw[index : index + 4] for index in range(0, 16, 4))
+        for name, value in {"node_guid": dotted, "sys_image_guid": dotted,
+                            "node_desc": f"{hardware.host} {hca.name}",
+                            "ports/1/lid": f"0x{lid_base + offset:x}"}.items():
+            write(device_dir / name, value + "\n")
+
+
+def initial_state(hardware: NodeHardware, kernel: str) -> dict[str, Any]:
+    """The device state of a freshly delivered, healthy host (NVML's view, services, disks)."""
     return {
         "host": hardware.host,
         "kernel": kernel,
@@ -122,8 +135,8 @@ def _write_pci_device(sys_root: Path, hardware: NodeHardware, device: PciDevice)
         "max_link_width": f"{device.link.max_width}\n",
     }
     for name, value in files.items():
-        (directory / name).write_text(value)
-    (directory / "config").write_bytes(device.config(0))
+        write(directory / name, value)
+    write(directory / "config", device.config(0))
     driver_dir = sys_root / "bus" / "pci" / "drivers" / device.driver
     driver_dir.mkdir(parents=True, exist_ok=True)
     os.symlink(os.path.relpath(driver_dir, directory), directory / "driver")
@@ -132,16 +145,13 @@ def _write_pci_device(sys_root: Path, hardware: NodeHardware, device: PciDevice)
     os.symlink(os.path.relpath(directory, bus_dir), bus_dir / device.bdf)
 
 
-def _write_ib_device(directory: Path, node_guid: str, description: str, link_rate: str, lid: int) -> None:
-    raw = node_guid.removeprefix("0x")
-    dotted = ":".join(raw[index : index + 4] for index in range(0, 16, 4))
+def _write_ib_device(directory: Path, link_rate: str) -> None:
     port = directory / "ports" / "1"
     files = {
-        "fw_ver": "28.41.1000", "hca_type": "MT4129", "board_id": "MT_0000000838", "node_guid": dotted,
-        "sys_image_guid": dotted, "node_desc": description, "node_type": "1: CA",
+        "fw_ver": "28.41.1000", "hca_type": "MT4129", "board_id": "MT_0000000838", "node_type": "1: CA",
         "ports/1/state": "4: ACTIVE", "ports/1/phys_state": "5: LinkUp", "ports/1/rate": IB_RATES[link_rate],
-        "ports/1/link_layer": "InfiniBand", "ports/1/lid": f"0x{lid:x}", "ports/1/sm_lid": "0x1",
-        "ports/1/lid_mask_count": "0", "ports/1/cap_mask": "0xa751e848",
+        "ports/1/link_layer": "InfiniBand", "ports/1/sm_lid": "0x1", "ports/1/lid_mask_count": "0",
+        "ports/1/cap_mask": "0xa751e848",
     }
     for name, value in files.items():
         write(directory / name, value + "\n")
@@ -158,11 +168,7 @@ def load_state(root: Path) -> dict[str, Any]:
 
 
 def save_state(root: Path, state: dict[str, Any]) -> None:
-    target = root / STATE_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}")
-    temporary.write_text(json.dumps(state, indent=1, sort_keys=True))
-    temporary.replace(target)  # two tools never see half a state
+    replace_file(root / STATE_FILE, json.dumps(state, indent=1, sort_keys=True))  # never half a state
 
 
 def append_kernel_log(root: Path, lines: list[str], *, at_s: float | None = None) -> None:
@@ -174,7 +180,8 @@ def append_kernel_log(root: Path, lines: list[str], *, at_s: float | None = None
         tail = existing.rstrip("\n").rsplit("\n", 1)[-1]
         last = float(tail[1 : tail.index("]")])
     stamp = max(last + 0.000001, at_s or 0.0)
-    with ring.open("a") as handle:
-        for line in lines:
-            handle.write(f"[{stamp:12.6f}] {line}\n")
-            stamp += 0.000113
+    added = []
+    for line in lines:
+        added.append(f"[{stamp:12.6f}] {line}\n")
+        stamp += 0.000113
+    write(ring, existing + "".join(added))

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from provision.sim.host import ensure_host
 from provision.sim.tools import apt, ib, nvidia_smi, pci, system
 from provision.sim.tools.common import ToolError
 
@@ -44,6 +45,7 @@ def main(argv: list[str]) -> int:
     root, tool, args = Path(argv[1]), argv[2], argv[3:]
     handler = TOOLS.get(tool)
     try:
+        root = ensure_host(root.resolve().parent)  # a host is built the first time anything touches it
         if handler is None:
             raise ToolError(f"not simulated: {' '.join([tool, *args])}", 64)
         return handler(root, args)

@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from provision.sim.files import replace_file
 from provision.sim.node import load_state, save_state
 from provision.sim.tools.common import ToolError, not_simulated
 
@@ -40,10 +41,7 @@ def write_status(root: Path, packages: dict[str, dict[str, str]]) -> None:
         blocks.append("\n".join(f"{key}: {fields[key]}" for key in
                                 ("Package", "Status", "Priority", "Section", "Architecture", "Version", "Description")
                                 if key in fields))
-    target = root / STATUS
-    temporary = target.with_name(".status.new")
-    temporary.write_text("\n\n".join(blocks) + ("\n" if blocks else ""))
-    temporary.replace(target)
+    replace_file(root / STATUS, "\n\n".join(blocks) + ("\n" if blocks else ""))
 
 
 def installed_version(root: Path, prefix: str) -> str | None:

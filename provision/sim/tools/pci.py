@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from provision.sim import pciconfig
+from provision.sim.files import replace_file
 from provision.sim.pciconfig import CAP_EXP, ECAP_ACS, ECAP_AER, SPEEDS
 from provision.sim.tools.common import ToolError, not_simulated
 
@@ -180,7 +181,5 @@ def setpci(root: Path, args: list[str]) -> int:
             print(f"{pciconfig.read(space, offset, width):0{width * 2}x}")
         else:
             space = pciconfig.write(space, offset, width, int(match["value"], 16) & ((1 << (8 * width)) - 1))
-            temporary = directory / ".config.new"
-            temporary.write_bytes(space)
-            temporary.replace(directory / "config")  # never edit a file other nodes may share
+            replace_file(directory / "config", space)
     return 0

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 from provision.sim import kernel_log
+from provision.sim.files import replace_file
 from provision.sim.node import ACS_STATE_KEY, RING_FILE, append_kernel_log, load_state, save_state
 from provision.sim.pciconfig import ECAP_ACS, extended_capabilities, write
 from provision.sim.tools.common import ToolError, not_simulated
@@ -45,23 +46,21 @@ def write_modules(root: Path, modules: list[str]) -> None:
         address = 0xFFFFFFFFC0000000 + 0x100000 * (sorted(MODULE_SIZES).index(name) if name in MODULE_SIZES else 99)
         lines.append(f"{name} {MODULE_SIZES.get(name, 65_536)} {len(users)} {used_by} Live 0x{address:016x}")
     (root / "proc").mkdir(parents=True, exist_ok=True)
-    (root / "proc" / "modules").write_text("".join(line + "\n" for line in lines))
+    replace_file(root / "proc" / "modules", "".join(line + "\n" for line in lines))
     module_dir = root / "sys" / "module"
     module_dir.mkdir(parents=True, exist_ok=True)
     for existing in module_dir.iterdir():
         if existing.name not in modules:
             shutil.rmtree(existing)
     for name in modules:
-        (module_dir / name).mkdir(exist_ok=True)
-        (module_dir / name / "initstate").write_text("live\n")
-        (module_dir / name / "refcnt").write_text("0\n")
+        replace_file(module_dir / name / "initstate", "live\n")
+        replace_file(module_dir / name / "refcnt", "0\n")
 
 
 def _register_peers(root: Path, state: dict) -> None:
     registry = root / "sys" / "kernel" / "mm" / "memory_peers" / "nv_mem"
     if "nvidia_peermem" in state["modules"] and state.get("peermem_registers", True):
-        registry.mkdir(parents=True, exist_ok=True)
-        (registry / "version").write_text(PEERMEM_VERSION + "\n")
+        replace_file(registry / "version", PEERMEM_VERSION + "\n")
     elif registry.exists():
         shutil.rmtree(registry)
 
@@ -263,7 +262,7 @@ def reboot(root: Path, args: list[str]) -> int:
     state = load_state(root)
     state["boot_count"] = state.get("boot_count", 1) + 1
     state["uptime_s"] = 5.0
-    (root / "proc" / "sys" / "kernel" / "random" / "boot_id").write_text(f"{uuid.uuid4()}\n")
+    replace_file(root / "proc" / "sys" / "kernel" / "random" / "boot_id", f"{uuid.uuid4()}\n")
     state["driver_loaded"] = None
     state["modules"] = []
     for service in state.get("services", {}).values():
@@ -302,6 +301,4 @@ def _restore_firmware_acs(root: Path, state: dict) -> None:
         space = path.read_bytes()
         found = extended_capabilities(space).get(ECAP_ACS)
         if found:
-            temporary = path.with_name(".config.new")
-            temporary.write_bytes(write(space, found[0] + 6, 2, control))
-            temporary.replace(path)
+            replace_file(path, write(space, found[0] + 6, 2, control))

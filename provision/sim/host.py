@@ -1,0 +1,80 @@
+"""Materialising one simulated host on first touch.
+
+``sim up`` only writes each host's recipe (its hardware description, faults and
+package mirror); the hardware root is built the first time anything touches
+the host: a tool stand-in, ``provision apply`` for the hosts it targets, or a
+test. That keeps ``sim up`` of 512 hosts to seconds on filesystems where every
+created inode costs a fraction of a millisecond. Building is locked per host,
+so two tools touching a fresh host at once build it once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from pathlib import Path
+from typing import Any
+
+from provision.sim.files import clone_tree, replace_file
+from provision.sim.hardware import Gpu, Hca, NodeHardware, PciDevice
+from provision.sim.inject import INJECTORS, NodeContext
+from provision.sim.node import initial_state, materialize_host, save_state
+from provision.sim.pciconfig import LinkConfig
+from provision.sim.tools.apt import package_entry, write_status
+from provision.sim.tools.system import write_modules
+
+RECIPE = "recipe.json"
+READY = ".materialized"
+
+
+def hardware_from_dict(data: dict[str, Any]) -> NodeHardware:
+    return NodeHardware(
+        host=data["host"],
+        gpu_model=data["gpu_model"],
+        gpus=[Gpu(**gpu) for gpu in data["gpus"]],
+        hcas=[Hca(**hca) for hca in data["hcas"]],
+        devices=[PciDevice(**{**device, "link": LinkConfig(**device["link"])}) for device in data["devices"]],
+        nvswitches=data["nvswitches"],
+    )
+
+
+def read_recipe(host_dir: Path) -> dict[str, Any] | None:
+    path = host_dir / RECIPE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_recipe(host_dir: Path, recipe: dict[str, Any]) -> None:
+    replace_file(host_dir / RECIPE, json.dumps(recipe))
+
+
+def ensure_host(host_dir: Path) -> Path:
+    """Build ``host_dir/root`` from its recipe unless it is already built; return the root."""
+    root = host_dir / "root"
+    if (root / READY).exists():
+        return root
+    if not (host_dir / RECIPE).exists():
+        raise FileNotFoundError(f"{host_dir} is not a simulated host (no {RECIPE})")
+    with (host_dir / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / READY).exists():
+            _build(root, json.loads((host_dir / RECIPE).read_text()))
+    return root
+
+
+def _build(root: Path, recipe: dict[str, Any]) -> None:
+    hardware = hardware_from_dict(recipe["hardware"])
+    clone_tree(Path(recipe["template"]), root)
+    materialize_host(root, hardware, lid_base=recipe["lid_base"])
+    kernel = recipe["kernel"]
+    state = initial_state(hardware, kernel)
+    state["pinned_driver"] = recipe["pinned_driver"]
+    state["packages_available"] = recipe["repository"]
+    write_status(root, {"linux-image-" + kernel: package_entry("linux-image-" + kernel,
+                                                               kernel.rsplit("-", 1)[0] + ".122")})
+    context = NodeContext(root, hardware, state, recipe["link_rate"])
+    for fault in recipe["faults"]:
+        INJECTORS[fault["kind"]](context, fault["params"], fault["target"])
+    if state["modules"]:
+        write_modules(root, state["modules"])
+    save_state(root, state)
+    replace_file(root / READY, "")

@@ -1,0 +1,44 @@
+"""Small simulated clusters for tests: a spec with chosen faults, brought up, and its hosts' tools."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from provision.sim import cluster
+from provision.spec import load_spec
+from tests.conftest import EXAMPLES
+
+
+def write_spec(directory: Path, faults: list[dict], *, hosts: str = "sim[01-02]", seed: int = 3) -> Path:
+    data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
+    data["nodes"]["groups"][0]["hosts"] = hosts
+    data["simulation"] = {"seed": seed, "faults": faults}
+    path = directory / "spec.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+class SimHost:
+    """Run a simulated host's tools the way a playbook or check would: by name, through PATH."""
+
+    def __init__(self, state_dir: Path, host: str) -> None:
+        self.paths = cluster.node_paths(state_dir, host)
+        cluster.materialize(state_dir, [host])
+        self.root = self.paths.root
+
+    def run(self, *command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(list(command), env=cluster.environment(self.paths), capture_output=True, text=True,
+                                timeout=60, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{command} exited {result.returncode}: {result.stderr}")
+        return result
+
+
+def bring_up(directory: Path, faults: list[dict], **kwargs) -> tuple[Path, dict]:
+    spec = write_spec(directory, faults, **kwargs)
+    state_dir = directory / "state"
+    manifest = cluster.up(load_spec(spec), state_dir)
+    return state_dir, manifest

@@ -1,0 +1,307 @@
+"""The simulated cluster: materialised hosts that behave like real ones through the real tools' formats."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from provision.facts.infiniband import parse_ibstat, parse_infiniband_class, read_tree
+from provision.facts.kernel_log import find_xids, parse_kernel_log
+from provision.facts.lspci import parse_lspci_verbose
+from provision.facts.nvidia_smi import parse_nvlink_status, parse_query_csv, parse_query_report
+from provision.facts.packages import parse_dpkg_status, parse_proc_modules
+from provision.sim.faults import CATALOG
+from tests.conftest import run_cli
+from tests.simhelpers import SimHost, bring_up, write_spec
+
+PINNED = "535.183.01"
+
+
+def _install_driver(host: SimHost) -> None:
+    host.run("apt-get", "install", "-y", f"nvidia-driver-535={PINNED}-1")
+    host.run("modprobe", "nvidia")
+
+
+def test_cli_up_is_idempotent_and_reconciles_a_changed_spec_host_by_host(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, [{"kind": "xid", "node": "sim01", "target": "gpu1", "params": {"code": 48}}],
+                      hosts="sim[01-03]")
+    first = run_cli("sim", "up", str(spec), "--json")
+    assert first.returncode == 0, first.stderr
+    payload = json.loads(first.stdout)
+    assert payload["changed"] and payload["nodes"] == ["sim01", "sim02", "sim03"]
+    assert payload["hosts"]["added"] == ["sim01", "sim02", "sim03"]
+    assert run_cli("sim", "up", str(spec), "--json").stdout.count('"changed": false') == 1
+    state = tmp_path / ".provision" / "sim16"
+    touched = SimHost(state, "sim02")
+    touched.run("apt-get", "install", "-y", f"nvidia-driver-535={PINNED}-1")
+    # drop sim03 and change sim01's fault: sim01 is rebuilt, sim02 keeps its installed driver
+    text = spec.read_text().replace("sim[01-03]", "sim[01-02]").replace("code: 48", "code: 79")
+    spec.write_text(text)
+    second = json.loads(run_cli("sim", "up", str(spec), "--json").stdout)
+    assert second["hosts"] == {"added": [], "rebuilt": ["sim01"], "kept": ["sim02"], "removed": ["sim03"]}
+    assert "nvidia-driver-535" in touched.run("dpkg-query", "-W").stdout
+    assert "79," in SimHost(state, "sim01").run("dmesg").stdout
+    assert run_cli("sim", "up", str(spec), "--rebuild", "--json").returncode == 0
+    assert "nvidia-driver-535" not in SimHost(state, "sim02").run("dpkg-query", "-W").stdout
+    assert run_cli("sim", "down", str(spec)).returncode == 0
+    assert not (state / "sim").exists()
+
+
+def test_faults_listing_names_stage_and_check(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, [{"kind": "gpu_missing", "node": "sim02", "target": "gpu3"},
+                                 {"kind": "missing_cable", "target": "leaf-su01-r0/3"}])
+    rows = json.loads(run_cli("sim", "faults", "--json", str(spec)).stdout)["faults"]
+    assert [(row["kind"], row["stage"], row["check"]) for row in rows] == [
+        ("gpu_missing", "preflight", "gpu_count"), ("missing_cable", "fabric", "audit")]
+    assert all(row["expected"] for row in rows)
+
+
+def test_bad_fault_parameters_are_spec_errors(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, [{"kind": "pcie_downtrained", "node": "sim01", "target": "gpu0",
+                                  "params": {"width": 12}}])
+    result = run_cli("sim", "up", str(spec))
+    assert result.returncode == 2
+    assert "simulation.faults[0].params.width: width: must be one of 1, 2, 4, 8, 16" in result.stderr
+
+
+def test_acs_read_clear_and_read_back_like_the_real_tools(tmp_path: Path) -> None:
+    state, _ = bring_up(tmp_path, [{"kind": "acs_enabled", "node": "sim01"}])
+    host = SimHost(state, "sim01")
+    before = parse_lspci_verbose(host.run("lspci", "-vvv").stdout)
+    enabled = [device for device in before if device.acs_redirects]
+    assert enabled and all(device.is_bridge for device in enabled)
+    bridge = enabled[0].address
+    assert host.run("setpci", "-s", bridge, "ECAP_ACS+0x6.w").stdout.strip() == "001d"
+    host.run("setpci", "-s", bridge, "ECAP_ACS+0x6.w=0000")
+    assert host.run("setpci", "-s", bridge, "ECAP_ACS+0x6.w").stdout.strip() == "0000"
+    after = {device.address: device for device in parse_lspci_verbose(host.run("lspci", "-vvv").stdout)}
+    assert not after[bridge].acs_redirects
+    assert len([device for device in after.values() if device.acs_redirects]) == len(enabled) - 1
+    # setpci does not survive a reboot: firmware puts ACS back
+    host.run("reboot")
+    assert host.run("setpci", "-s", bridge, "ECAP_ACS+0x6.w").stdout.strip() == "001d"
+    # a healthy host ships with ACS off
+    healthy = parse_lspci_verbose(SimHost(state, "sim02").run("lspci", "-vvv").stdout)
+    assert not any(device.acs_redirects for device in healthy)
+
+
+def test_setpci_on_a_device_without_acs_fails(tmp_path: Path) -> None:
+    state, _ = bring_up(tmp_path, [])
+    host = SimHost(state, "sim01")
+    gpu = next(d for d in parse_lspci_verbose(host.run("lspci", "-vvv").stdout) if d.kind == "3D controller")
+    result = host.run("setpci", "-s", gpu.address, "ECAP_ACS+0x6.w", check=False)
+    assert result.returncode != 0 and "Capability ACS not found" in result.stderr
+
+
+def test_driver_lifecycle_install_load_mismatch_reboot(tmp_path: Path) -> None:
+    state, _ = bring_up(tmp_path, [{"kind": "wrong_driver", "node": "sim01", "params": {"version": "550.54.15"}}])
+    fresh, drifted = SimHost(state, "sim02"), SimHost(state, "sim01")
+    assert fresh.run("nvidia-smi", "-L", check=False).returncode == 127  # no driver delivered
+    assert parse_query_csv(drifted.run("nvidia-smi", "--query-gpu=index,driver_version",
+                                       "--format=csv").stdout)[0]["driver_version"] == "550.54.15"
+    held = parse_dpkg_status((drifted.root / "var/lib/dpkg/status").read_text())
+    assert held["nvidia-driver-550"].held and drifted.run("apt-mark", "showhold").stdout.split()[0] == \
+        "nvidia-driver-550"
+    refused = drifted.run("apt-get", "install", "-y", f"nvidia-driver-535={PINNED}-1", check=False)
+    assert refused.returncode == 100 and "--allow-change-held-packages" in refused.stderr
+    drifted.run("apt-get", "install", "-y", "--allow-change-held-packages", f"nvidia-driver-535={PINNED}-1")
+    mismatch = drifted.run("nvidia-smi", "-L", check=False)
+    assert mismatch.returncode == 18 and "Driver/library version mismatch" in mismatch.stderr
+    drifted.run("reboot")
+    report = parse_query_report(drifted.run("nvidia-smi", "-q").stdout)
+    assert report.header["Driver Version"] == PINNED and len(report.gpus) == 8
+    missing = fresh.run("apt-get", "install", "-y", "nvidia-driver-535=999.1-1", check=False)
+    assert missing.returncode == 100 and "Version '999.1-1' for 'nvidia-driver-535' was not found" in missing.stderr
+
+
+def test_peermem_loaded_registered_and_the_ofed_build_trap(tmp_path: Path) -> None:
+    state, _ = bring_up(tmp_path, [{"kind": "peermem_unregistered", "node": "sim02"}])
+    host = SimHost(state, "sim01")
+    _install_driver(host)
+    host.run("apt-get", "install", "-y", "doca-ofed")  # OFED after the driver: peermem no longer matches ib_core
+    trapped = host.run("modprobe", "nvidia-peermem", check=False)
+    assert trapped.returncode == 1 and "Invalid argument" in trapped.stderr
+    assert "disagrees about version of symbol" in host.run("dmesg").stdout
+    host.run("apt-get", "install", "-y", "--reinstall", f"nvidia-driver-535={PINNED}-1")
+    host.run("modprobe", "nvidia-peermem")
+    assert "nvidia_peermem" in parse_proc_modules((host.root / "proc/modules").read_text())
+    assert (host.root / "sys/kernel/mm/memory_peers/nv_mem/version").read_text().strip()
+    # not persistent: gone after a reboot unless listed in modules-load.d
+    host.run("reboot")
+    assert "nvidia_peermem" not in parse_proc_modules((host.root / "proc/modules").read_text())
+    (host.root / "etc/modules-load.d/nvidia-peermem.conf").write_text("nvidia-peermem\n")
+    host.run("reboot")
+    assert "nvidia_peermem" in host.run("lsmod").stdout
+    # the unregistered fault: loaded, listed by lsmod, yet no registration
+    broken = SimHost(state, "sim02")
+    _install_driver(broken)
+    broken.run("modprobe", "nvidia-peermem")
+    assert "nvidia_peermem" in broken.run("lsmod").stdout
+    assert not (broken.root / "sys/kernel/mm/memory_peers/nv_mem/version").exists()
+
+
+def test_services_run_their_exec_start_through_the_stand_ins(tmp_path: Path) -> None:
+    state, _ = bring_up(tmp_path, [{"kind": "acs_enabled", "node": "sim01", "target": "0000:17:00.0"}])
+    host = SimHost(state, "sim01")
+    unit = host.root / "etc/systemd/system/acs-off.service"
+    unit.write_text("[Service]\nType=oneshot\nExecStart=setpci -s 0000:17:00.0 ECAP_ACS+0x6.w=0000\n")
+    host.run("systemctl", "daemon-reload")
+    host.run("systemctl", "enable", "--now", "acs-off")
+    assert host.run("setpci", "-s", "17:00.0", "ECAP_ACS+0x6.w").stdout.strip() == "0000"
+    host.run("reboot")  # firmware re-enables ACS, the enabled unit clears it again at boot
+    assert host.run("setpci", "-s", "17:00.0", "ECAP_ACS+0x6.w").stdout.strip() == "0000"
+    assert host.run("systemctl", "is-enabled", "acs-off").stdout.strip() == "enabled"
+    unit.write_text("[Service]\nType=oneshot\nExecStart=setpci -s 0000:17:00.0 ECAP_NOPE+0x6.w=0000\n")
+    failed = host.run("systemctl", "restart", "acs-off", check=False)
+    assert failed.returncode == 1 and "failed" in failed.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["nvidia-smi", "--gpu-reset"], ["lspci", "-t"], ["dmesg", "--follow"], ["apt-get", "dist-upgrade"],
+    ["mlxlink", "-d", "mlx5_0"], ["dkms", "status"], ["flint", "-d", "mlx5_0", "q"],
+])
+def test_unsimulated_commands_fail_loudly(tmp_path: Path, command: list[str]) -> None:
+    state, _ = bring_up(tmp_path, [])
+    result = SimHost(state, "sim01").run(*command, check=False)
+    assert result.returncode != 0
+    assert "not simulated" in result.stderr
+
+
+# --- every node-layer fault, observed through the tools -------------------------------------------------
+
+def _gpu_rows(host: SimHost, fields: str) -> list[dict[str, str]]:
+    return parse_query_csv(host.run("nvidia-smi", f"--query-gpu={fields}", "--format=csv,nounits").stdout)
+
+
+def observe_gpu_missing(host: SimHost) -> None:
+    _install_driver(host)
+    assert len(_gpu_rows(host, "index")) == 7
+    assert sum(1 for d in parse_lspci_verbose(host.run("lspci", "-vvv").stdout) if d.kind == "3D controller") == 7
+
+
+def observe_pcie_downtrained(host: SimHost) -> None:
+    gpus = [d for d in parse_lspci_verbose(host.run("lspci", "-vvv").stdout) if d.kind == "3D controller"]
+    slow = [d for d in gpus if d.width_downgraded]
+    assert len(slow) == 1 and slow[0].link_status.width == 8
+    assert "limited by 32.0 GT/s PCIe x8 link" in host.run("dmesg").stdout
+    assert (host.root / "sys/bus/pci/devices" / slow[0].address / "current_link_width").read_text().strip() == "8"
+
+
+def observe_xid(host: SimHost) -> None:
+    xids = find_xids(parse_kernel_log(host.run("dmesg").stdout))
+    assert [(x.code, x.pci) for x in xids] == [(79, "0000:3a:00")]
+
+
+def observe_ecc_uncorrectable(host: SimHost) -> None:
+    _install_driver(host)
+    rows = _gpu_rows(host, "index,ecc.errors.uncorrected.volatile.total")
+    assert [row["ecc.errors.uncorrected.volatile.total"] for row in rows].count("0") == 7
+    report = parse_query_report(host.run("nvidia-smi", "-q", "-d", "PAGE_RETIREMENT").stdout)
+    assert sum(tree["Retired Pages"]["Pending Page Blacklist"] == "Yes" for tree in report.gpus.values()) == 1
+
+
+def observe_row_remap_pending(host: SimHost) -> None:
+    _install_driver(host)
+    rows = parse_query_csv(host.run("nvidia-smi", "--query-remapped-rows=gpu_bus_id,remapped_rows.pending",
+                                    "--format=csv").stdout)
+    assert [row["remapped_rows.pending"] for row in rows].count("1") == 1
+
+
+def observe_thermal_throttle(host: SimHost) -> None:
+    _install_driver(host)
+    rows = _gpu_rows(host, "index,temperature.gpu,clocks_event_reasons.sw_thermal_slowdown")
+    hot = [row for row in rows if row["clocks_event_reasons.sw_thermal_slowdown"] == "Active"]
+    assert len(hot) == 1 and hot[0]["temperature.gpu"] == "91"
+
+
+def observe_hca_port_down(host: SimHost) -> None:
+    devices = parse_ibstat(host.run("ibstat").stdout)
+    assert devices["mlx5_3"].ports[1].state == "DOWN" and devices["mlx5_3"].ports[1].physical_state == "Polling"
+    assert sum(device.ports[1].state == "ACTIVE" for device in devices.values()) == 7
+
+
+def observe_ib_link_low_rate(host: SimHost) -> None:
+    devices = parse_infiniband_class(read_tree(host.root / "sys/class/infiniband"))
+    assert {name: device.ports[1].rate_gbps for name, device in devices.items()}["mlx5_5"] == 200
+    assert sum(device.ports[1].rate_gbps == 400 for device in devices.values()) == 7
+
+
+def observe_unknown_kernel_log_line(host: SimHost) -> None:
+    assert "mce: [Hardware Error]" in host.run("dmesg", "-T").stdout
+
+
+def observe_disk_full(host: SimHost) -> None:
+    lines = host.run("df", "-P").stdout.splitlines()[1:]
+    assert any(line.split()[4] == "99%" and line.split()[5] == "/" for line in lines)
+
+
+def observe_acs_enabled(host: SimHost) -> None:
+    devices = parse_lspci_verbose(host.run("lspci", "-vvv").stdout)
+    capable = [d for d in devices if d.acs_capability is not None]
+    assert len(capable) == 25  # per GPU/HCA pair: root port and two switch downstream ports; NVSwitch root port
+    assert all(d.acs_redirects == ["ReqRedir", "CmpltRedir", "UpstreamFwd"] for d in capable)
+
+
+def observe_peermem_missing(host: SimHost) -> None:
+    result = host.run("modprobe", "nvidia-peermem", check=False)
+    assert result.returncode == 1 and "not found" in result.stderr
+    assert "nvidia" in parse_proc_modules((host.root / "proc/modules").read_text())
+
+
+def observe_peermem_unregistered(host: SimHost) -> None:
+    _install_driver(host)
+    host.run("modprobe", "nvidia-peermem")
+    assert not (host.root / "sys/kernel/mm/memory_peers/nv_mem").exists()
+
+
+def observe_wrong_driver(host: SimHost) -> None:
+    assert parse_query_report(host.run("nvidia-smi", "-q").stdout).header["Driver Version"] == "550.54.15"
+
+
+NODE_FAULTS = {
+    "gpu_missing": ({"target": "gpu1"}, observe_gpu_missing),
+    "pcie_downtrained": ({"target": "gpu2", "params": {"width": 8}}, observe_pcie_downtrained),
+    "xid": ({"target": "gpu1", "params": {"code": 79}}, observe_xid),
+    "ecc_uncorrectable": ({"target": "gpu4"}, observe_ecc_uncorrectable),
+    "row_remap_pending": ({"target": "gpu6"}, observe_row_remap_pending),
+    "thermal_throttle": ({"target": "gpu7"}, observe_thermal_throttle),
+    "hca_port_down": ({"target": "mlx5_3"}, observe_hca_port_down),
+    "ib_link_low_rate": ({"target": "mlx5_5", "params": {"rate": "HDR"}}, observe_ib_link_low_rate),
+    "unknown_kernel_log_line": ({}, observe_unknown_kernel_log_line),
+    "disk_full": ({"params": {"mount": "/", "percent": 99}}, observe_disk_full),
+    "acs_enabled": ({}, observe_acs_enabled),
+    "peermem_missing": ({}, observe_peermem_missing),
+    "peermem_unregistered": ({}, observe_peermem_unregistered),
+    "wrong_driver": ({}, observe_wrong_driver),
+}
+
+
+def test_every_node_layer_fault_has_an_observation() -> None:
+    node_layer = {name for name, kind in CATALOG.items() if kind.layer == "node"}
+    assert node_layer == set(NODE_FAULTS)
+
+
+@pytest.mark.parametrize("kind", sorted(NODE_FAULTS))
+def test_node_fault_is_visible_through_the_tools(tmp_path: Path, kind: str) -> None:
+    extra, observe = NODE_FAULTS[kind]
+    state, manifest = bring_up(tmp_path, [{"kind": kind, "node": "sim02", **extra}])
+    assert manifest["faults"][0]["injected"]
+    observe(SimHost(state, "sim02"))
+
+
+def test_stand_ins_only_touch_their_own_host(tmp_path: Path) -> None:
+    state, _ = bring_up(tmp_path, [])
+    one, two = SimHost(state, "sim01"), SimHost(state, "sim02")
+    _install_driver(one)
+    assert two.run("nvidia-smi", "-L", check=False).returncode == 127
+    uuids = [set(row["uuid"] for row in _gpu_rows(h, "uuid")) for h in (one,)]
+    _install_driver(two)
+    assert uuids[0].isdisjoint({row["uuid"] for row in _gpu_rows(two, "uuid")})
+    nvlink = parse_nvlink_status(two.run("nvidia-smi", "nvlink", "-s").stdout)
+    assert len(nvlink) == 8 and all(len(gpu.links) == 18 and not gpu.inactive_links for gpu in nvlink)
+    topo = two.run("nvidia-smi", "topo", "-m").stdout
+    assert "NV18" in topo and "NIC0: mlx5_0" in topo
+    assert os.access(two.paths.bin / "nvidia-smi", os.X_OK)
