@@ -145,8 +145,10 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
 
 def _same_host(previous: dict[str, Any], recipe: dict[str, Any]) -> bool:
     """Same hardware, faults and mirror: the existing host stands (its LID may have moved, as SMs do)."""
-    ignore = {"lid_base", "template"}
-    return {k: v for k, v in previous.items() if k not in ignore} == {k: v for k, v in recipe.items() if k not in ignore}
+    def essentials(host: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in host.items() if key not in ("lid_base", "template")}
+
+    return essentials(previous) == essentials(recipe)
 
 
 def summary(manifest: dict[str, Any]) -> str:
