@@ -103,18 +103,20 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     lid = 0x10
     for node in loaded.nodes:
         hardware = describe(node.name, loaded.spec.hardware[node.hardware], seed)
-        shared = {"profile": node.hardware, "kernel": kernel, "link_rate": loaded.spec.fabric.link_rate,
+        link_rate = loaded.spec.fabric.link_rate
+        shared: dict[str, Any] = {"profile": node.hardware, "kernel": kernel, "link_rate": link_rate,
                   "devices": [asdict(device) for device in hardware.devices]}
         key = f"{node.hardware}-{hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]}"
         if key not in templates:  # hosts of one profile share all but their identity files
             templates[key] = base / "templates" / key
             if not templates[key].exists():
-                materialize_shared(templates[key], hardware, kernel=kernel, link_rate=shared["link_rate"],
+                materialize_shared(templates[key], hardware, kernel=kernel, link_rate=link_rate,
                                    boot_lines=kernel_log.boot_lines(hardware, kernel))
-        recipe = {"hardware": asdict(hardware), "template": str(templates[key]), "kernel": kernel,
-                  "link_rate": shared["link_rate"], "lid_base": lid, "pinned_driver": loaded.spec.software.gpu_driver,
-                  "repository": repository,
-                  "faults": [fault for fault in by_node.get(node.name, []) if fault["injected"]]}
+        recipe: dict[str, Any] = {
+            "hardware": asdict(hardware), "template": str(templates[key]), "kernel": kernel, "link_rate": link_rate,
+            "lid_base": lid, "pinned_driver": loaded.spec.software.gpu_driver, "repository": repository,
+            "faults": [fault for fault in by_node.get(node.name, []) if fault["injected"]],
+        }
         lid += len(hardware.hcas)
         host_dir = node_paths(state_dir, node.name).root.parent
         previous = read_recipe(host_dir)
@@ -131,8 +133,8 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
         if host_dir.name not in wanted:
             shutil.rmtree(host_dir)
             hosts["removed"].append(host_dir.name)
-    in_use = {recipe["template"] for host_dir in (base / "nodes").iterdir()
-              if (recipe := read_recipe(host_dir)) is not None}
+    in_use = {stored["template"] for host_dir in (base / "nodes").iterdir()
+              if (stored := read_recipe(host_dir)) is not None}
     for template in (base / "templates").iterdir():
         if template.name != "bin" and str(template) not in in_use:
             shutil.rmtree(template)  # materialised hosts hold hard links, not references
