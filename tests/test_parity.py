@@ -123,3 +123,14 @@ def test_page_retirement_good_and_bad(path: Path) -> None:
     report = parse_query_report((SHARED_FIXTURES / path).read_text())
     counts = [int(tree["Retired Pages"]["Double Bit ECC"]) for tree in report.gpus.values()]
     assert (max(counts) > 0) == path.name.startswith("bad")
+
+
+def test_perftest_bandwidth_matches() -> None:
+    from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
+
+    single = parse_bandwidth(_fixture("superbench/ib_loopback_8M_size.log"))
+    assert len(single) == 1 and single[0].size == 8388608 and single[0].iterations == 20000  # server+client, once
+    assert largest_message_average_gbps(single) == pytest.approx(192.45, abs=0.01)  # HDR: 24,056.72 MB/s
+    sweep = parse_bandwidth(_fixture("superbench/ib_loopback_all_sizes.log"))
+    assert [row.size for row in sweep] == [2**power for power in range(1, len(sweep) + 1)]
+    assert sweep[-1].size == 8388608 and 180 < sweep[-1].average_gbps < 200

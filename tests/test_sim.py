@@ -305,3 +305,72 @@ def test_stand_ins_only_touch_their_own_host(tmp_path: Path) -> None:
     topo = two.run("nvidia-smi", "topo", "-m").stdout
     assert "NV18" in topo and "NIC0: mlx5_0" in topo
     assert os.access(two.paths.bin / "nvidia-smi", os.X_OK)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _pair_test(state: Path, server_host: str, client_host: str, device: str, *extra: str):
+    import subprocess
+
+    port = str(_free_port())
+    server_node = SimHost(state, server_host)
+    client = SimHost(state, client_host)
+    server = subprocess.Popen(["ib_write_bw", "-d", device, "-p", port, "--report_gbits", "-s", "1048576",
+                               "--iters", "20", *extra], env=cluster_env(server_node), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and "Waiting for client" in "".join(
+            server.stdout.readline() for _ in range(4))
+        address = json.loads((server_node.root / "var/lib/provision-sim/node.json").read_text())["address"]
+        result = client.run("ib_write_bw", "-d", device, "-p", port, "--report_gbits", "-s", "1048576",
+                            "--iters", "20", *extra, address, check=False)
+        server_out, server_err = server.communicate(timeout=30)
+    finally:
+        server.kill()
+        server.wait()
+    return result, server.returncode, server_out + server_err
+
+
+def cluster_env(host: SimHost) -> dict[str, str]:
+    from provision.sim import cluster
+
+    return cluster.environment(host.paths)
+
+
+def test_ib_write_bw_moves_bytes_between_two_hosts_and_reports_the_link(tmp_path: Path) -> None:
+    from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
+
+    state, _ = bring_up(tmp_path, [{"kind": "ib_link_low_rate", "node": "sim02", "target": "mlx5_3",
+                                    "params": {"rate": "HDR"}},
+                                   {"kind": "hca_port_down", "node": "sim02", "target": "mlx5_4"}])
+    healthy, code, server_text = _pair_test(state, "sim01", "sim02", "mlx5_0")
+    assert healthy.returncode == 0 and code == 0, healthy.stderr
+    assert 380 <= largest_message_average_gbps(parse_bandwidth(healthy.stdout)) <= 400
+    assert largest_message_average_gbps(parse_bandwidth(server_text)) >= 380
+    slow, _code, _text = _pair_test(state, "sim01", "sim02", "mlx5_3")
+    assert 185 <= largest_message_average_gbps(parse_bandwidth(slow.stdout)) <= 200  # the HDR end limits it
+    both_ways, _code, _text = _pair_test(state, "sim01", "sim02", "mlx5_0", "-b")
+    assert largest_message_average_gbps(parse_bandwidth(both_ways.stdout)) >= 760
+    down = SimHost(state, "sim02").run("ib_write_bw", "-d", "mlx5_4", "127.0.0.11", check=False)
+    assert down.returncode == 1 and "state is Down" in down.stderr
+    nobody = SimHost(state, "sim02").run("ib_write_bw", "-d", "mlx5_0", "-p", str(_free_port()), "127.0.0.11",
+                                         check=False)
+    assert nobody.returncode == 1 and "Couldn't connect" in nobody.stderr
+    outside = SimHost(state, "sim02").run("ib_write_bw", "-d", "mlx5_0", "192.0.2.1", check=False)
+    assert outside.returncode != 0 and "not simulated" in outside.stderr
+
+
+def test_ib_write_bw_with_gpudirect_needs_registered_peermem(tmp_path: Path) -> None:
+    state, _ = bring_up(tmp_path, [])
+    host = SimHost(state, "sim01")
+    no_driver = host.run("ib_write_bw", "-d", "mlx5_0", "--use_cuda=0", "127.0.0.12", check=False)
+    assert no_driver.returncode == 1 and "CUDA_ERROR_NO_DEVICE" in no_driver.stderr
+    _install_driver(host)
+    no_peermem = host.run("ib_write_bw", "-d", "mlx5_0", "--use_cuda=0", "127.0.0.12", check=False)
+    assert no_peermem.returncode == 1 and "nvidia-peermem not registered" in no_peermem.stderr

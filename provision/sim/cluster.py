@@ -115,6 +115,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
         recipe: dict[str, Any] = {
             "hardware": asdict(hardware), "template": str(templates[key]), "kernel": kernel, "link_rate": link_rate,
             "lid_base": lid, "pinned_driver": loaded.spec.software.gpu_driver, "repository": repository,
+            "address": node.address,
             "faults": [fault for fault in by_node.get(node.name, []) if fault["injected"]],
         }
         lid += len(hardware.hcas)

@@ -68,6 +68,7 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
     kernel = recipe["kernel"]
     state = initial_state(hardware, kernel)
     state["pinned_driver"] = recipe["pinned_driver"]
+    state["address"] = recipe["address"]
     state["packages_available"] = recipe["repository"]
     write_status(root, {"linux-image-" + kernel: package_entry("linux-image-" + kernel,
                                                                kernel.rsplit("-", 1)[0] + ".122")})

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from provision.sim.host import ensure_host
-from provision.sim.tools import apt, ib, nvidia_smi, pci, system
+from provision.sim.tools import apt, ib, nvidia_smi, pci, perftest, system
 from provision.sim.tools.common import ToolError
 
 TOOLS: dict[str, Callable[[Path, list[str]], int]] = {
@@ -29,6 +29,7 @@ TOOLS: dict[str, Callable[[Path, list[str]], int]] = {
     "dpkg-query": apt.dpkg_query,
     "apt-get": apt.apt_get,
     "apt-mark": apt.apt_mark,
+    "ib_write_bw": perftest.ib_write_bw,
 }
 
 #: Commands a playbook might call on a real host that must never reach this
