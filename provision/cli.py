@@ -21,11 +21,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from provision import __version__, hostlist, pipeline
+from provision.fabric import design_fabric
 from provision.runs import RunRecord
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec, SpecError, load_spec
 from provision.spec.thresholds import effective_thresholds
 from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError
+from topology import rules
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -289,6 +291,42 @@ def sim_faults(spec: Path, as_json: bool) -> int:
 def _ensure(directory: Path) -> Path:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     return directory
+
+
+@cli.group()
+def topology() -> None:
+    """The InfiniBand fabric: design rules and (as they land) audits."""
+
+
+@topology.command(name="check")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@json_option
+def topology_check(spec: Path, as_json: bool) -> int:
+    """Run the fat-tree design rules on the fabric SPEC designs (exit 1 if any rule breaks)."""
+    loaded = load_spec(spec)
+    try:
+        design = design_fabric(loaded)
+    except ValueError as error:
+        raise pipeline.UsageProblem(str(error)) from None
+    results = rules.check_all(design, oversubscription=loaded.spec.fabric.oversubscription_ratio,
+                              designed_uplinks=loaded.fabric.leaf_uplinks if loaded.fabric else None)
+    bisection, needed = rules.bisection_gbps(design)
+    broken = sum(len(violations) for violations in results.values())
+    if as_json:
+        _emit_json({"cluster": loaded.spec.cluster.name, "switches": loaded.fabric.switches if loaded.fabric else 0,
+                    "cables": design.graph.number_of_edges(), "bisection_gbps": bisection,
+                    "full_bisection_gbps": needed,
+                    "rules": {name: [v.as_dict() for v in violations] for name, violations in results.items()}})
+        return EXIT_PROBLEMS if broken else EXIT_OK
+    table = Table(title=f"{loaded.spec.cluster.name}: {design.graph.number_of_edges():,} cables, bisection "
+                        f"{bisection / 1000:g} of {needed / 1000:g} Tb/s", title_justify="left")
+    for column in ("rule", "result", "first findings"):
+        table.add_column(column, overflow="fold")
+    for name, violations in results.items():
+        table.add_row(name, "ok" if not violations else f"{len(violations)} violation(s)",
+                      "\n".join(v.message for v in violations[:3]))
+    out.print(table)
+    return EXIT_PROBLEMS if broken else EXIT_OK
 
 
 @cli.group(name="hostlist")

@@ -1,0 +1,111 @@
+"""The generated fat tree and its design rules: clean designs pass, each broken rule is named with its switch."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+
+from tests.conftest import EXAMPLES, run_cli
+from topology.design import FabricParameters, dimension
+from topology.fattree import HostRails, build_design
+from topology.model import HCA, LEAF, SPINE, Cable, Fabric
+from topology.rules import bisection_gbps, check_all
+
+
+def _design(hosts: int, hosts_per_su: int, radix: int, rails: int = 8) -> Fabric:
+    dims = dimension(FabricParameters(hosts=hosts, rails=rails, hosts_per_su=hosts_per_su, switch_radix=radix))
+    names = [HostRails(f"h{index:04d}", tuple(f"mlx5_{rail}" for rail in range(rails))) for index in range(hosts)]
+    return build_design(dims, names, hosts_per_su, rails)
+
+
+@pytest.mark.parametrize(("hosts", "per_su", "radix"), [(16, 4, 8), (128, 32, 64), (512, 32, 64)])
+def test_designs_use_every_port_once_and_pass_every_rule(hosts: int, per_su: int, radix: int) -> None:
+    fabric = _design(hosts, per_su, radix)
+    for kind in (LEAF, SPINE):
+        for switch in fabric.nodes_of(kind):
+            ports = fabric.ports_of(switch)
+            assert sorted(ports) == list(range(1, radix + 1)) or (kind == SPINE and len(ports) <= radix)
+    assert all(violations == [] for violations in check_all(fabric).values())
+
+
+def test_port_plan_host_ports_first_then_uplinks() -> None:
+    fabric = _design(16, 4, 8)
+    leaf = fabric.ports_of("leaf-su02-r3")
+    assert [leaf[port] for port in range(1, 5)] == [(f"h{index:04d}/mlx5_3", 1) for index in range(4, 8)]
+    assert {fabric.kind(peer) for port, (peer, _p) in leaf.items() if port > 4} == {SPINE}
+    assert fabric.peer(("h0005/mlx5_3", 1)) == ("leaf-su02-r3", 2)
+
+
+def _swap_ends(fabric: Fabric, first: Cable, second: Cable) -> None:
+    """Cross two cables at their A ends, as a technician who swapped two plugs would."""
+    fabric.remove_cable(first)
+    fabric.remove_cable(second)
+    fabric.add_cable(Cable(first.a, second.b))
+    fabric.add_cable(Cable(second.a, first.b))
+
+
+def test_rail_alignment_names_the_leaf_and_port() -> None:
+    fabric = _design(16, 4, 8)
+    _swap_ends(fabric, fabric.cable_at(("h0001/mlx5_0", 1)), fabric.cable_at(("h0001/mlx5_1", 1)))
+    messages = [v.message for v in check_all(fabric)["rail_alignment"]]
+    assert "h0001/mlx5_0 (rail 0, SU 1) lands on leaf-su01-r1 port 2, the rail-1 leaf of SU 1" in messages
+    assert len(messages) == 2
+
+
+def test_leaf_to_leaf_cables_are_refused() -> None:
+    fabric = _design(16, 4, 8)
+    spine_end = fabric.cable_at(("leaf-su01-r0", 5))
+    fabric.remove_cable(spine_end)
+    other = fabric.cable_at(("leaf-su02-r0", 5))
+    fabric.remove_cable(other)
+    fabric.add_cable(Cable(("leaf-su01-r0", 5), ("leaf-su02-r0", 5)))
+    violations = check_all(fabric)
+    assert [(v.switch, v.port) for v in violations["no_leaf_to_leaf"]] == [("leaf-su01-r0", 5)]
+    assert violations["non_blocking"]  # the leaf-leaf cable replaced an uplink
+    assert not violations["disjoint_paths"]  # ... but it is itself a path, so diversity holds
+
+
+def test_uneven_uplinks_are_named() -> None:
+    fabric = _design(128, 32, 64)  # 2 tiers: 16 spines, 2 uplinks from each leaf to each
+    mine = fabric.cable_at(("leaf-su01-r0", 33))
+    spine_a = mine.other(("leaf-su01-r0", 33))
+    theirs = next(c for c in fabric.cables() if c.a[0] == "leaf-su02-r0" and c.b[0] != spine_a[0])
+    spine_b = theirs.other(theirs.a)
+    fabric.remove_cable(mine)
+    fabric.remove_cable(theirs)
+    fabric.add_cable(Cable(("leaf-su01-r0", 33), spine_b))  # now 3 to spine B, 1 to spine A
+    fabric.add_cable(Cable(theirs.a, spine_a))
+    uneven = [v.message for v in check_all(fabric)["even_uplinks"]]
+    assert f"leaf-su01-r0 has 1 uplink(s) to {spine_a[0]} but 2 to each spine of group 1 is even" in uneven
+    assert f"leaf-su01-r0 has 3 uplink(s) to {spine_b[0]} but 2 to each spine of group 1 is even" in uneven
+    assert len(uneven) == 4  # and the mirror image on leaf-su02-r0
+
+
+def test_bisection_is_computed_and_falls_with_missing_cables() -> None:
+    fabric = _design(16, 4, 8)
+    value, needed = bisection_gbps(fabric)
+    assert value == needed == 8 * 400 * 8  # 8 hosts a side, 8 rails, 400 Gb/s
+    for port in (5, 6, 7, 8):
+        fabric.remove_cable(fabric.cable_at(("leaf-su01-r0", port)))
+    value, needed = bisection_gbps(fabric)
+    assert value == needed - 4 * 400
+    assert check_all(fabric)["bisection"][0].rule == "bisection"
+
+
+def test_oversubscribed_leaves_are_allowed_their_ratio() -> None:
+    dims = dimension(FabricParameters(hosts=80, rails=2, hosts_per_su=40, switch_radix=64,
+                                      oversubscription=Fraction(2)))
+    fabric = build_design(dims, [HostRails(f"n{i}", ("mlx5_0", "mlx5_1")) for i in range(80)], 40, 2)
+    assert check_all(fabric, oversubscription=Fraction(2))["non_blocking"] == []
+    assert check_all(fabric)["non_blocking"], "at 1:1 the same leaves are blocking"
+    assert not [n for n in fabric.nodes_of(HCA) if fabric.graph.degree(n) != 1]
+
+
+def test_topology_check_cli() -> None:
+    result = run_cli("topology", "check", "--json", str(EXAMPLES / "sim-cluster.yaml"))
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["cables"] == 384 and payload["bisection_gbps"] == payload["full_bisection_gbps"] == 25600
+    assert all(not violations for violations in payload["rules"].values())

@@ -1,0 +1,227 @@
+"""Design rules of a rail-optimized fat tree, each a named check that says which switch and port break it.
+
+They run on any fabric whose switches carry the design's attributes (tier,
+SU, rail, group): the generated design itself (``provision topology check``),
+or an as-built fabric whose switches were matched to the design by name.
+
+* ``rail_alignment``: the rail-*i* HCA of a host lands on the rail-*i* leaf of its SU;
+* ``no_leaf_to_leaf``: cables only join adjacent tiers;
+* ``even_uplinks``: each leaf's uplinks are spread evenly over the spines of its group, and only those;
+* ``non_blocking``: on every switch, uplink bandwidth >= downlink bandwidth / oversubscription;
+* ``disjoint_paths``: every two same-rail leaves are joined by as many edge-disjoint paths as a leaf has
+  uplinks, i.e. every host pair on a rail keeps the designed path diversity (all-pairs min cut, Gomory-Hu);
+* ``bisection``: the max flow between the two halves of the hosts equals half the hosts' injection bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+
+import networkx as nx
+
+from topology.design import LINK_RATES_GBPS
+from topology.model import CORE, HCA, LEAF, SPINE, TIER_RANK, Fabric
+
+RULES = ("rail_alignment", "no_leaf_to_leaf", "even_uplinks", "non_blocking", "disjoint_paths", "bisection")
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    switch: str
+    port: int | None
+    message: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rule": self.rule, "switch": self.switch, "port": self.port, "message": self.message}
+
+
+def _gbps(rate: str, width: int) -> float:
+    return LINK_RATES_GBPS.get(rate, 0) * width / 4
+
+
+def rail_alignment(fabric: Fabric) -> list[Violation]:
+    found = []
+    nodes = fabric.graph.nodes
+    for hca in fabric.nodes_of(HCA):
+        for _port, (peer, peer_port) in fabric.ports_of(hca).items():
+            leaf = nodes[peer]
+            if leaf.get("kind") != LEAF:
+                found.append(Violation("rail_alignment", peer, peer_port,
+                                       f"{hca} is cabled to {peer} port {peer_port}, which is not a leaf"))
+            elif (leaf["su"], leaf["rail"]) != (nodes[hca]["su"], nodes[hca]["rail"]):
+                found.append(Violation("rail_alignment", peer, peer_port,
+                                       f"{hca} (rail {nodes[hca]['rail']}, SU {nodes[hca]['su']}) lands on {peer} port "
+                                       f"{peer_port}, the rail-{leaf['rail']} leaf of SU {leaf['su']}"))
+    return found
+
+
+def no_leaf_to_leaf(fabric: Fabric) -> list[Violation]:
+    found = []
+    for cable in fabric.cables():
+        (a, a_port), (b, b_port) = cable.a, cable.b
+        ranks = TIER_RANK.get(fabric.kind(a), -9), TIER_RANK.get(fabric.kind(b), -9)
+        if abs(ranks[0] - ranks[1]) != 1:
+            switch, port = (a, a_port) if fabric.kind(a) != HCA else (b, b_port)
+            found.append(Violation("no_leaf_to_leaf", switch, port,
+                                   f"{cable.label()} joins a {fabric.kind(a)} to a {fabric.kind(b)}: cables may only "
+                                   "join adjacent tiers"))
+    return found
+
+
+def even_uplinks(fabric: Fabric) -> list[Violation]:
+    found = []
+    nodes = fabric.graph.nodes
+    spines_by_group: dict[int, set[str]] = {}
+    for spine in fabric.nodes_of(SPINE):
+        spines_by_group.setdefault(nodes[spine]["group"], set()).add(spine)
+    for leaf in fabric.nodes_of(LEAF):
+        group = nodes[leaf]["group"]
+        uplinks = {port: peer for port, (peer, _p) in fabric.ports_of(leaf).items() if fabric.kind(peer) == SPINE}
+        for port, spine in uplinks.items():
+            if nodes[spine]["group"] != group:
+                found.append(Violation("even_uplinks", leaf, port, f"{leaf} port {port} goes to {spine} of spine "
+                                       f"group {nodes[spine]['group']}, not its own group {group}"))
+        counts = Counter(spine for spine in uplinks.values() if spine in spines_by_group.get(group, ()))
+        expected = spines_by_group.get(group, set())
+        if not expected:
+            continue
+        per_spine = len(uplinks) / len(expected)
+        for spine in sorted(expected):
+            if counts.get(spine, 0) != per_spine and len(uplinks) % len(expected) == 0:
+                found.append(Violation("even_uplinks", leaf, None, f"{leaf} has {counts.get(spine, 0)} uplink(s) to "
+                                       f"{spine} but {per_spine:g} to each spine of group {group} is even"))
+        if len(uplinks) % len(expected):
+            found.append(Violation("even_uplinks", leaf, None, f"{leaf} has {len(uplinks)} uplinks, which cannot be "
+                                   f"spread evenly over the {len(expected)} spines of group {group}"))
+    return found
+
+
+def non_blocking(fabric: Fabric, oversubscription: Fraction = Fraction(1)) -> list[Violation]:
+    found = []
+    below_top = [*fabric.nodes_of(LEAF), *(fabric.nodes_of(SPINE) if fabric.nodes_of(CORE) else [])]
+    for switch in below_top:  # the top tier has no uplinks by design
+        rank = TIER_RANK[fabric.kind(switch)]
+        up = down = 0.0
+        for _a, peer, data in fabric.graph.edges(switch, data=True):
+            bandwidth = _gbps(data["rate"], data["width"])
+            if TIER_RANK.get(fabric.kind(peer), 0) > rank:
+                up += bandwidth
+            else:
+                down += bandwidth
+        ratio = oversubscription if fabric.kind(switch) == LEAF else Fraction(1)
+        if up * ratio < down:
+            found.append(Violation("non_blocking", switch, None, f"{switch} has {up:g} Gb/s up for {down:g} Gb/s "
+                                   f"down (allowed {ratio}:1)"))
+    return found
+
+
+def _switch_capacity_graph(fabric: Fabric) -> nx.Graph:
+    """Switches only, parallel cables summed into one capacity (Gb/s)."""
+    graph = nx.Graph()
+    for a, b, data in fabric.graph.edges(data=True):
+        if HCA in (fabric.kind(a), fabric.kind(b)):
+            continue
+        capacity = _gbps(data["rate"], data["width"]) if data["width"] else 0.0
+        if graph.has_edge(a, b):
+            graph[a][b]["capacity"] += capacity
+        else:
+            graph.add_edge(a, b, capacity=capacity)
+    return graph
+
+
+def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None) -> list[Violation]:
+    """All-pairs leaf min cut from a Gomory-Hu tree: one max flow per switch, not per pair."""
+    leaves = fabric.nodes_of(LEAF)
+    nodes = fabric.graph.nodes
+    if len(leaves) < 2 or not fabric.nodes_of(SPINE):
+        return []
+    graph = _switch_capacity_graph(fabric)
+    rate = {data["rate"] for _a, _b, data in fabric.graph.edges(data=True)}
+    link = max((_gbps(r, 4) for r in rate), default=1.0) or 1.0
+    designed = designed_uplinks or max(
+        sum(1 for peer in fabric.graph.neighbors(leaf) if fabric.kind(peer) == SPINE
+            for _ in range(fabric.graph.number_of_edges(leaf, peer))) for leaf in leaves)
+    found = []
+    for component in nx.connected_components(graph):
+        subgraph = graph.subgraph(component)
+        tree = nx.gomory_hu_tree(subgraph, capacity="capacity") if len(component) > 1 else nx.Graph()
+        weak = [(u, v, data["weight"]) for u, v, data in tree.edges(data=True) if data["weight"] < designed * link]
+        if not weak:
+            continue
+        for leaf in sorted(component & set(leaves)):
+            worst = _weakest_same_rail(tree, leaf, leaves, nodes)
+            if worst is not None and worst[1] < designed * link:
+                found.append(Violation("disjoint_paths", leaf, None,
+                                       f"{leaf} reaches same-rail leaf {worst[0]} over {worst[1] / link:g} "
+                                       f"edge-disjoint path(s), designed {designed}"))
+    unreachable = [leaf for leaf in leaves if leaf not in graph]
+    for leaf in unreachable:
+        found.append(Violation("disjoint_paths", leaf, None, f"{leaf} has no uplink at all"))
+    return found
+
+
+def _weakest_same_rail(tree: nx.Graph, leaf: str, leaves: list[str], nodes) -> tuple[str, float] | None:
+    """Minimum cut from ``leaf`` to every same-rail leaf: the lightest edge on each tree path."""
+    rail = nodes[leaf]["rail"]
+    best: tuple[str, float] | None = None
+    bottleneck = {leaf: float("inf")}
+    for parent, child in nx.bfs_edges(tree, leaf):
+        bottleneck[child] = min(bottleneck[parent], tree[parent][child]["weight"])
+    candidates = [other for other in leaves if other != leaf and nodes[other]["rail"] == rail and other in bottleneck]
+    for other in candidates:
+        if best is None or bottleneck[other] < best[1]:
+            best = (other, bottleneck[other])
+    return best
+
+
+def bisection_gbps(fabric: Fabric) -> tuple[float, float]:
+    """(max flow between the first and second half of the hosts, what full bisection needs), in Gb/s."""
+    hcas = fabric.nodes_of(HCA)
+    hosts = sorted({fabric.graph.nodes[hca]["host"] for hca in hcas}, key=lambda host: hcas.index(
+        next(h for h in hcas if fabric.graph.nodes[h]["host"] == host)))
+    half = set(hosts[: len(hosts) // 2])
+    flow = nx.DiGraph()
+    for a, b, data in fabric.graph.edges(data=True):
+        capacity = _gbps(data["rate"], data["width"])
+        for u, v in ((a, b), (b, a)):
+            flow.add_edge(u, v, capacity=flow[u][v]["capacity"] + capacity if flow.has_edge(u, v) else capacity)
+    needed = 0.0
+    for hca in hcas:
+        side = "source" if fabric.graph.nodes[hca]["host"] in half else "sink"
+        cable_capacity = sum(_gbps(d["rate"], d["width"]) for _a, _b, d in fabric.graph.edges(hca, data=True))
+        if side == "source":
+            flow.add_edge("source", hca, capacity=cable_capacity)
+            needed += cable_capacity
+        else:
+            flow.add_edge(hca, "sink", capacity=cable_capacity)
+    if not half or len(half) == len(hosts):
+        return 0.0, 0.0
+    value, _flows = nx.maximum_flow(flow, "source", "sink")
+    return float(value), needed
+
+
+def bisection(fabric: Fabric) -> list[Violation]:
+    value, needed = bisection_gbps(fabric)
+    if value + 1e-6 < needed:
+        return [Violation("bisection", "*", None, f"bisection bandwidth is {value / 1000:g} Tb/s between the two "
+                          f"halves of the hosts, full bisection needs {needed / 1000:g} Tb/s")]
+    return []
+
+
+def check_all(fabric: Fabric, *, oversubscription: Fraction = Fraction(1),
+              designed_uplinks: int | None = None) -> dict[str, list[Violation]]:
+    results = {
+        "rail_alignment": rail_alignment(fabric),
+        "no_leaf_to_leaf": no_leaf_to_leaf(fabric),
+        "even_uplinks": even_uplinks(fabric),
+        "non_blocking": non_blocking(fabric, oversubscription),
+        "disjoint_paths": disjoint_paths(fabric, designed_uplinks),
+    }
+    results["bisection"] = [] if oversubscription > 1 else bisection(fabric)
+    return results
+
+
+
