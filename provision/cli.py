@@ -21,13 +21,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from provision import __version__, hostlist, pipeline
-from provision.fabric import design_fabric
+from provision.fabric import audit_against_plans, audit_against_spec, design_fabric
 from provision.runs import RunRecord
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec, SpecError, load_spec
 from provision.spec.thresholds import effective_thresholds
 from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError
-from topology import rules
+from topology import cabling, ibnetdiscover, rules
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -327,6 +327,71 @@ def topology_check(spec: Path, as_json: bool) -> int:
                       "\n".join(v.message for v in violations[:3]))
     out.print(table)
     return EXIT_PROBLEMS if broken else EXIT_OK
+
+
+@topology.command(name="audit")
+@click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--observed", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="ibnetdiscover output of the as-built fabric (default: the simulated cluster's).")
+@click.option("--design", "plans", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="An explicit cabling plan (UFM .ndt or CSV) instead of a spec; may be repeated.")
+@state_dir_option
+@json_option
+def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, ...], state_dir: Path | None,
+                   as_json: bool) -> int:
+    """Compare the as-built fabric with the design, cable by cable (exit 1 if anything is found)."""
+    if (spec is None) == (not plans):
+        raise click.UsageError("give either SPEC or --design PLAN (one or more), not both")
+    loaded = load_spec(spec) if spec is not None else None
+    if observed is None:
+        if loaded is None or loaded.spec.simulation is None:
+            raise click.UsageError("--observed DUMP is required (only a simulated cluster has a dump of its own)")
+        observed = sim_cluster.sim_dir(_state_dir(loaded, state_dir)) / "fabric" / "ibnetdiscover.txt"
+        if not observed.exists():
+            raise pipeline.UsageProblem(f"no simulated fabric dump at {observed}: run `provision sim up` first")
+    try:
+        discovery = ibnetdiscover.parse(observed.read_text(errors="replace"))
+    except ibnetdiscover.DumpError as error:
+        raise pipeline.UsageProblem(f"{observed}: {error}") from None
+    if loaded is not None:
+        report = audit_against_spec(loaded, discovery)
+    else:
+        planned = []
+        for plan in plans:
+            try:
+                planned += cabling.parse_plan(plan.read_text(errors="replace"))
+            except cabling.PlanError as error:
+                raise pipeline.UsageProblem(f"{plan}: {error}") from None
+        report = audit_against_plans(planned, discovery)
+    counts = {category: sum(1 for f in report.findings if f.category == category)
+              for category in ("miswired", "missing", "port_down", "degraded", "extra")}
+    if as_json:
+        _emit_json({"observed": str(observed), "counts": counts, "cables": [f.as_dict() for f in report.findings],
+                    "rules": {name: [v.as_dict() for v in found] for name, found in report.violations.items()},
+                    "unparsed_lines": len(discovery.skipped)})
+        return EXIT_PROBLEMS if report.problems else EXIT_OK
+    if not report.problems:
+        out.print(f"No problems: every designed cable is in place ({observed}).", markup=False)
+        return EXIT_OK
+    table = Table(title=f"cabling audit of {observed}: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n),
+                  title_justify="left")
+    for column in ("problem", "designed", "found", "swap partner", "rules broken", "detail"):
+        table.add_column(column, overflow="fold")
+    for finding in report.findings:
+        table.add_row(finding.category, cabling_label(finding.expected), cabling_label(finding.actual),
+                      cabling_label(finding.swap_partner), ", ".join(finding.rules), finding.detail)
+    out.print(table)
+    for name, found in report.violations.items():
+        if found:
+            out.print(f"[bold]{name}[/]: {len(found)} violation(s); first: {found[0].message}")
+    return EXIT_PROBLEMS
+
+
+def cabling_label(pair: tuple[tuple[str, str], tuple[str, str]] | None) -> str:
+    """``sim01 mlx5_4 - leaf-su01-r2/3``: an HCA end by its description, a switch end as switch/port."""
+    if pair is None:
+        return ""
+    return " - ".join(port if " " in port else f"{device}/{port}" for device, port in pair)
 
 
 @cli.group(name="hostlist")

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from provision.spec import LoadedSpec
+from topology.audit import Finding, Link, compare, discovered_links, down_endpoints
+from topology.cabling import Endpoint, PlannedCable
 from topology.fattree import HostRails, Naming, build_design
-from topology.model import Fabric
+from topology.ibnetdiscover import Discovery
+from topology.model import HCA, Cable, Fabric
+from topology.rules import Violation, check_all
 
 
 def host_rails(loaded: LoadedSpec) -> list[HostRails]:
@@ -24,3 +30,84 @@ def design_fabric(loaded: LoadedSpec) -> Fabric:
     naming = Naming(fabric.naming.leaf, fabric.naming.spine, fabric.naming.core)
     return build_design(loaded.fabric, host_rails(loaded), fabric.hosts_per_su, fabric.rails, naming=naming,
                         rate=fabric.link_rate)
+
+
+def design_endpoint(fabric: Fabric, node: str, port: int) -> Endpoint:
+    """How a design port is named in dumps and plans: HCAs by ``host`` and ``"host hca"``, switches by name."""
+    data = fabric.graph.nodes[node]
+    if data["kind"] == HCA:
+        return data["host"].lower(), f"{data['host']} {data['hca']}".lower()
+    return node.lower(), str(port)
+
+
+@dataclass
+class AuditReport:
+    findings: list[Finding]
+    violations: dict[str, list[Violation]]
+
+    @property
+    def problems(self) -> int:
+        return len(self.findings) + sum(len(found) for found in self.violations.values())
+
+
+def audit_against_spec(loaded: LoadedSpec, discovery: Discovery) -> AuditReport:
+    design = design_fabric(loaded)
+    design_links = [Link(design_endpoint(design, cable.a[0], cable.a[1]),
+                         design_endpoint(design, cable.b[0], cable.b[1]), cable.rate, cable.width)
+                    for cable in design.cables()]
+    observed = discovered_links(discovery)
+    findings = compare(design_links, observed, down_endpoints(discovery))
+    as_built = _as_built_fabric(design, observed)
+    violations = check_all(as_built, oversubscription=loaded.spec.fabric.oversubscription_ratio,
+                           designed_uplinks=loaded.fabric.leaf_uplinks if loaded.fabric else None)
+    _attach_rules(findings, violations)
+    return AuditReport(findings, violations)
+
+
+def audit_against_plans(plans: list[PlannedCable], discovery: Discovery) -> AuditReport:
+    findings = compare([Link(cable.a, cable.b) for cable in plans], discovered_links(discovery),
+                       down_endpoints(discovery))
+    return AuditReport(findings, {})
+
+
+def _as_built_fabric(design: Fabric, observed: list[Link]) -> Fabric:
+    """The discovered cables on nodes named and typed as in the design (unknown devices keep their own name)."""
+    names = {}
+    for node, data in design.graph.nodes(data=True):
+        key = design_endpoint(design, node, 1)[0] if data["kind"] != HCA else design_endpoint(design, node, 1)
+        names[key] = node
+    fabric = Fabric()
+    for node, data in design.graph.nodes(data=True):
+        fabric.add_node(node, **data)
+
+    def resolve(end: Endpoint) -> tuple[str, int]:
+        if end in names:  # an HCA
+            return names[end], 1
+        node = names.get(end[0])
+        if node is None:
+            node = f"{end[0]}"
+            if node not in fabric.graph:
+                fabric.add_node(node, "unknown")
+        return node, int(end[1]) if end[1].isdigit() else 1
+
+    for link in observed:
+        a, b = resolve(link.a), resolve(link.b)
+        if fabric.cable_at(a) is None and fabric.cable_at(b) is None:
+            fabric.add_cable(Cable(a, b, link.speed or "SDR", link.width or 1))
+    return fabric
+
+
+def _attach_rules(findings: list[Finding], violations: dict[str, list[Violation]]) -> None:
+    """Name, on each cable finding, the rules broken at its ports (or on its switches, for switch-wide rules)."""
+    by_port: dict[Endpoint, set[str]] = {}
+    by_switch: dict[str, set[str]] = {}
+    for rule, found in violations.items():
+        for violation in found:
+            if violation.port is not None:
+                by_port.setdefault((violation.switch.lower(), str(violation.port)), set()).add(rule)
+            else:
+                by_switch.setdefault(violation.switch.lower(), set()).add(rule)
+    for finding in findings:
+        ends = [*(finding.expected or ()), *(finding.actual or ())]
+        finding.rules = sorted({rule for end in ends
+                                for rule in by_port.get(end, set()) | by_switch.get(end[0], set())})

@@ -52,7 +52,7 @@ def test_cli_up_is_idempotent_and_reconciles_a_changed_spec_host_by_host(tmp_pat
 
 def test_faults_listing_names_stage_and_check(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, [{"kind": "gpu_missing", "node": "sim02", "target": "gpu3"},
-                                 {"kind": "missing_cable", "target": "leaf-su01-r0/3"}])
+                                 {"kind": "missing_cable", "target": "leaf-su01-r0/5"}])
     rows = json.loads(run_cli("sim", "faults", "--json", str(spec)).stdout)["faults"]
     assert [(row["kind"], row["stage"], row["check"]) for row in rows] == [
         ("gpu_missing", "preflight", "gpu_count"), ("missing_cable", "fabric", "audit")]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHARED_FIXTURES
-from topology.audit import Link, compare
-from topology.cabling import PlanError, discovered_endpoint, is_internal, parse_plan
+from topology.audit import Link, compare, discovered_links
+from topology.cabling import PlanError, parse_plan
 from topology.ibnetdiscover import DumpError, parse
 
 pytestmark = pytest.mark.skipif(not SHARED_FIXTURES.is_dir(),
@@ -32,22 +32,12 @@ def _oracle_cable(text: str) -> frozenset[tuple[str, str]]:
     return frozenset((endpoint(first), endpoint(second)))
 
 
-def _observed(discovery) -> list[Link]:
-    links = []
-    for link in discovery.links.values():
-        if is_internal(discovery, link.a[0], link.b[0]):
-            continue
-        links.append(Link(discovered_endpoint(discovery.nodes[link.a[0]], link.a[1]),
-                          discovered_endpoint(discovery.nodes[link.b[0]], link.b[1]), link.speed, link.width))
-    return links
-
-
 def test_ufm_cabling_check_oracle() -> None:
     discovery = parse((UFM / "positive_flow_ibnetdiscover/ibnetdiscover_director.txt").read_text())
     plan = [*parse_plan((UFM / "positive_flow_ndts/switch_to_host_topo1.ndt").read_text()),
             *parse_plan((UFM / "positive_flow_ndts/switch_to_switch_topo2.ndt").read_text())]
     assert len(plan) == 2223 + 3195  # the switch-switch plan lists every cable in both directions
-    findings = compare([Link(cable.a, cable.b) for cable in plan], _observed(discovery))
+    findings = compare([Link(cable.a, cable.b) for cable in plan], discovered_links(discovery))
     oracle = json.loads((UFM / "expected_report.json").read_text())["report"]
 
     got_miswired = {frozenset((frozenset(f.expected), frozenset(f.actual))) for f in findings

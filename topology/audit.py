@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from topology.cabling import Endpoint
+from topology.cabling import Endpoint, discovered_endpoint, is_internal
+from topology.ibnetdiscover import Discovery
 
 SPEED_RANK = {"SDR": 1, "DDR": 2, "QDR": 3, "FDR": 4, "EDR": 5, "HDR": 6, "NDR": 7, "XDR": 8}
 
@@ -130,3 +131,18 @@ def _name_swap_partners(findings: list[Finding], designed_peer: dict[Endpoint, E
         should = b if fixed == a else a
         if peer.get(partner_far) == should:
             finding.swap_partner = (partner_far, landed)
+
+
+def discovered_links(discovery: Discovery) -> list[Link]:
+    """Every cable of a dump as a pair of endpoints, director backplane links left out."""
+    links = []
+    for link in discovery.links.values():
+        if is_internal(discovery, link.a[0], link.b[0]):
+            continue
+        links.append(Link(discovered_endpoint(discovery.nodes[link.a[0]], link.a[1]),
+                          discovered_endpoint(discovery.nodes[link.b[0]], link.b[1]), link.speed, link.width))
+    return links
+
+
+def down_endpoints(discovery: Discovery) -> set[Endpoint]:
+    return {discovered_endpoint(discovery.nodes[node], port) for node, port, _state in discovery.down_ports}

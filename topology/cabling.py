@@ -108,3 +108,4 @@ def is_internal(discovery: Discovery, a: str, b: str) -> bool:
     """Links between ASICs of one director chassis are backplane, not cables: same system image GUID."""
     first, second = discovery.nodes[a], discovery.nodes[b]
     return bool(first.system_guid) and first.system_guid == second.system_guid and first.kind == second.kind == "switch"
+

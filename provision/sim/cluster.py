@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.sim import kernel_log
+from provision.sim.fabric import CABLE_FAULTS, write_dump
 from provision.sim.faults import CATALOG, resolve_params
 from provision.sim.files import clone_tree
 from provision.sim.hardware import describe
@@ -91,7 +92,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     faults = describe_faults(loaded)
     by_node: dict[str, list[dict[str, Any]]] = {}
     for fault in faults:
-        fault["injected"] = fault["layer"] == "node"
+        fault["injected"] = fault["layer"] == "node" or fault["kind"] in CABLE_FAULTS
         if not fault["injected"]:
             fault["note"] = f"the {fault['layer']} layer of the simulator is not built yet: not injected"
         by_node.setdefault(fault["node"] or "", []).append(fault)
@@ -116,7 +117,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
             "hardware": asdict(hardware), "template": str(templates[key]), "kernel": kernel, "link_rate": link_rate,
             "lid_base": lid, "pinned_driver": loaded.spec.software.gpu_driver, "repository": repository,
             "address": node.address,
-            "faults": [fault for fault in by_node.get(node.name, []) if fault["injected"]],
+            "faults": [fault for fault in by_node.get(node.name, []) if fault["injected"] and fault["layer"] == "node"],
         }
         lid += len(hardware.hcas)
         host_dir = node_paths(state_dir, node.name).root.parent
@@ -139,6 +140,8 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     for template in (base / "templates").iterdir():
         if template.name != "bin" and str(template) not in in_use:
             shutil.rmtree(template)  # materialised hosts hold hard links, not references
+    if loaded.fabric is not None:
+        write_dump(loaded, [fault for fault in faults if fault["injected"]], base / "fabric")
     manifest = {"cluster": loaded.spec.cluster.name, "spec_path": str(loaded.path.resolve()),
                 "spec_sha256": loaded.sha256, "seed": seed, "nodes": loaded.node_names, "faults": faults,
                 "hosts": hosts}

@@ -105,6 +105,11 @@ def _digest(*parts: object) -> bytes:
     return hashlib.sha256("\x1f".join(str(part) for part in parts).encode()).digest()
 
 
+def hca_guid(seed: int, host: str, hca: str) -> str:
+    """The HCA's node GUID (16 hex digits): the same in the host's sysfs and in the fabric dump."""
+    return _digest(seed, host, "hca", hca)[:8].hex()
+
+
 def describe(host: str, profile: HardwareProfile, seed: int) -> NodeHardware:
     model = GPU_MODELS[profile.gpu.model]
     count = profile.gpu.count
@@ -144,7 +149,7 @@ def describe(host: str, profile: HardwareProfile, seed: int) -> NodeHardware:
             hardware.devices.append(PciDevice(hca_bdf, "hca", MELLANOX, HCA_DEVICE_ID, 0x020700, numa, hca_port,
                                               hca_link, False, "mlx5_core"))
             digest = _digest(seed, host, "hca", hca_of_gpu[index])
-            guid = "0x" + digest[:8].hex()
+            guid = "0x" + hca_guid(seed, host, hca_of_gpu[index])
             hardware.hcas.append(Hca(hca_of_gpu[index], hca_bdf, index, guid,
                                      "MT23" + digest[8:12].hex().upper()[:8], numa))
     hardware.hcas.sort(key=lambda hca: int(hca.name.split("_")[1]))

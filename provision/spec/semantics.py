@@ -18,6 +18,7 @@ from provision.spec.issues import did_you_mean
 from provision.spec.model import ClusterSpec
 from provision.spec.source import Path_
 from topology.design import DesignError, FabricDimensions, FabricParameters, dimension
+from topology.fattree import HostRails, Naming, build_design
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ def resolve(spec: ClusterSpec, spec_dir: Path) -> Resolution:
     fabric = _check_fabric(spec, len(nodes), spec_dir, problems)
     _check_paths(spec, spec_dir, problems)
     _check_faults(spec, {node.name: node for node in nodes}, problems)
+    if fabric is not None and not problems:
+        _check_cable_targets(spec, nodes, fabric, problems)
     return Resolution(nodes, fabric, problems)
 
 
@@ -290,3 +293,31 @@ def _check_faults(spec: ClusterSpec, nodes: dict[str, ResolvedNode], problems: l
                 problem = f"has no ACS-capable bridge {fault.target}"
         if problem is not None:
             problems.append(Problem((*path, "target") if fault.target else path, f"{node.name}: {problem}"))
+
+
+def _check_cable_targets(spec: ClusterSpec, nodes: list[ResolvedNode], dims: FabricDimensions,
+                         problems: list[Problem]) -> None:
+    """Cable faults must name a cabled port of the design (built only when such faults exist)."""
+    if spec.simulation is None:
+        return
+    cable_faults = [(index, fault) for index, fault in enumerate(spec.simulation.faults)
+                    if CATALOG[fault.kind].target == "cable" and fault.target]
+    if not cable_faults:
+        return
+    fabric = spec.fabric
+    hosts = [HostRails(node.name, tuple(hca for hca, _gpu in sorted(spec.hardware[node.hardware].rails.items(),
+                                                                    key=lambda item: item[1]))) for node in nodes]
+    naming = Naming(fabric.naming.leaf, fabric.naming.spine, fabric.naming.core)
+    design = build_design(dims, hosts, fabric.hosts_per_su or 1, fabric.rails or 1, naming=naming)
+    for index, fault in cable_faults:
+        for where, text in ((("target",), fault.target), (("params", "partner"), fault.params.get("partner"))):
+            if not text:
+                continue
+            switch, _, port = str(text).rpartition("/")
+            if not port.isdigit() or design.cable_at((switch, int(port))) is None:
+                known = switch in design.graph
+                problems.append(Problem(("simulation", "faults", index, *where),
+                                        f"no cable at {text} in the designed fabric" +
+                                        (f" ({switch} has ports {min(design.ports_of(switch))}-"
+                                         f"{max(design.ports_of(switch))})" if known else ""),
+                                        "" if known else did_you_mean(switch, design.graph.nodes, list_all=False)))

@@ -1,0 +1,78 @@
+"""The simulated fabric as built: the spec's design with the cabling faults applied.
+
+Written out as an ``ibnetdiscover`` dump (``sim/fabric/ibnetdiscover.txt``), the
+file an operator would capture on the UFM host, so the audit reads the
+simulated fabric through the same parser as a real one. Node faults that show
+on cables show here too: an HCA port trained at HDR is an HDR cable, a port
+that is down is a cable ibnetdiscover cannot see.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from provision.fabric import design_fabric
+from provision.sim.hardware import hca_guid
+from provision.spec import LoadedSpec
+from topology.model import Cable, Fabric
+from topology.writer import write_ibnetdiscover
+
+CABLE_FAULTS = ("miswired_cable", "missing_cable")
+DUMP = "ibnetdiscover.txt"
+
+
+def parse_port(text: str) -> tuple[str, int]:
+    switch, _, port = text.rpartition("/")
+    return switch, int(port)
+
+
+def partner_of(fabric: Fabric, target: tuple[str, int]) -> tuple[str, int]:
+    """Without a named partner, the next cabled port of the same switch: the plug beside it."""
+    ports = sorted(fabric.ports_of(target[0]))
+    after = [port for port in ports if port > target[1]] or [port for port in ports if port != target[1]]
+    return target[0], after[0]
+
+
+def as_built(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> Fabric:
+    fabric = design_fabric(loaded)
+    for fault in faults:
+        if fault["kind"] == "missing_cable":
+            fabric.remove_cable(_cable(fabric, parse_port(fault["target"])))
+        elif fault["kind"] == "miswired_cable":
+            here = parse_port(fault["target"])
+            there = parse_port(fault["params"]["partner"]) if fault["params"].get("partner") else partner_of(fabric,
+                                                                                                              here)
+            first, second = _cable(fabric, here), _cable(fabric, there)
+            fabric.remove_cable(first)
+            fabric.remove_cable(second)
+            fabric.add_cable(Cable(here, second.other(there), first.rate, first.width))
+            fabric.add_cable(Cable(there, first.other(here), second.rate, second.width))
+        elif fault["kind"] == "ib_link_low_rate":
+            cable = _cable(fabric, (f"{fault['node']}/{fault['target']}", 1))
+            fabric.remove_cable(cable)
+            fabric.add_cable(Cable(cable.a, cable.b, fault["params"]["rate"], cable.width))
+        elif fault["kind"] == "hca_port_down":
+            fabric.remove_cable(_cable(fabric, (f"{fault['node']}/{fault['target']}", 1)))
+    return fabric
+
+
+def _cable(fabric: Fabric, port: tuple[str, int]) -> Cable:
+    cable = fabric.cable_at(port)
+    if cable is None:
+        raise ValueError(f"no cable at {port[0]}/{port[1]} in the design")
+    return cable
+
+
+def write_dump(loaded: LoadedSpec, faults: list[dict[str, Any]], directory: Path) -> Path:
+    seed = loaded.spec.simulation.seed if loaded.spec.simulation else 0
+    fabric = as_built(loaded, faults)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / DUMP
+
+    def guid(node: str) -> str:
+        host, hca = node.split("/", 1)
+        return hca_guid(seed, host, hca)
+
+    path.write_text(write_ibnetdiscover(fabric, guid, title=loaded.spec.cluster.name))
+    return path

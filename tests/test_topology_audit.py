@@ -1,0 +1,78 @@
+"""`provision topology audit` on the simulated as-built fabric: exactly the injected cabling faults, rules named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SHARED_FIXTURES, run_cli
+from tests.simhelpers import write_spec
+
+CABLE_FAULTS = [
+    # the cables of sim01's rail-0 and rail-1 HCAs crossed: both land on the other rail's leaf
+    {"kind": "miswired_cable", "target": "leaf-su01-r0/1", "params": {"partner": "leaf-su01-r1/1"}},
+    {"kind": "missing_cable", "target": "spine-g03-02/4"},
+    {"kind": "ib_link_low_rate", "node": "sim06", "target": "mlx5_4", "params": {"rate": "HDR"}},
+]
+
+
+def test_audit_reports_exactly_the_injected_cabling_faults(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, CABLE_FAULTS, hosts="sim[01-16]")
+    assert run_cli("sim", "up", str(spec)).returncode == 0
+    result = run_cli("topology", "audit", "--json", str(spec))
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["counts"] == {"miswired": 2, "missing": 1, "port_down": 0, "degraded": 1, "extra": 0}
+    by_category: dict[str, list[dict]] = {}
+    for cable in report["cables"]:
+        by_category.setdefault(cable["category"], []).append(cable)
+    swapped = {cable["expected"]: cable for cable in by_category["miswired"]}
+    first = swapped["sim01/sim01 mlx5_0 - leaf-su01-r0/1"]
+    assert first["actual"] == "leaf-su01-r1/1 - sim01/sim01 mlx5_0" or first["actual"].endswith("leaf-su01-r1/1")
+    assert first["swap_partner"] == "sim01/sim01 mlx5_3 - leaf-su01-r1/1"  # rail 1 is mlx5_3 in this spec
+    assert "rail_alignment" in first["rules"]
+    missing = by_category["missing"][0]
+    assert "spine-g03-02/4" in missing["expected"]
+    assert {"even_uplinks", "non_blocking"} <= set(missing["rules"])
+    degraded = by_category["degraded"][0]
+    assert "sim06 mlx5_4" in degraded["expected"] and "running at HDR, designed NDR" in degraded["detail"]
+    assert report["rules"]["rail_alignment"] and report["rules"]["disjoint_paths"]
+
+
+def test_a_clean_simulated_fabric_audits_clean(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, [], hosts="sim[01-16]")
+    assert run_cli("sim", "up", str(spec)).returncode == 0
+    result = run_cli("topology", "audit", str(spec))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("No problems")
+
+
+def test_cable_fault_targets_must_exist_in_the_design(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, [{"kind": "missing_cable", "target": "spine-g03-02/44"},
+                                 {"kind": "miswired_cable", "target": "leaf-su01-r0/1",
+                                  "params": {"partner": "leaf-su9-r1/1"}}], hosts="sim[01-16]")
+    result = run_cli("validate", str(spec))
+    assert result.returncode == 2
+    assert "simulation.faults[0].target: no cable at spine-g03-02/44 in the designed fabric (spine-g03-02 has " \
+           "ports 1-8)" in result.stderr
+    assert "simulation.faults[1].params.partner: no cable at leaf-su9-r1/1" in result.stderr
+
+
+@pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="needs ../shared/fixtures")
+def test_audit_with_explicit_plans_reproduces_ufm() -> None:
+    ufm = SHARED_FIXTURES / "ufm_ndt"
+    result = run_cli("topology", "audit", "--json",
+                     "--design", str(ufm / "positive_flow_ndts/switch_to_host_topo1.ndt"),
+                     "--design", str(ufm / "positive_flow_ndts/switch_to_switch_topo2.ndt"),
+                     "--observed", str(ufm / "positive_flow_ibnetdiscover/ibnetdiscover_director.txt"))
+    assert result.returncode == 1
+    counts = json.loads(result.stdout)["counts"]
+    assert (counts["miswired"], counts["missing"], counts["extra"]) == (2, 2, 107)
+    bad = run_cli("topology", "audit", "--design", str(ufm / "negative_flow_ndts/incorrect_ports.ndt"),
+                  "--observed", str(ufm / "positive_flow_ibnetdiscover/ibnetdiscover_director.txt"))
+    assert bad.returncode == 2 and "cannot read port" in bad.stderr
+    not_a_dump = run_cli("topology", "audit", "--design", str(ufm / "positive_flow_ndts/switch_to_host_topo1.ndt"),
+                         "--observed", str(ufm / "positive_flow_ndts/switch_to_host_topo1.ndt"))
+    assert not_a_dump.returncode == 2 and "not ibnetdiscover output" in not_a_dump.stderr
