@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from provision import __version__, hostlist, pipeline
-from provision.fabric import audit_against_plans, audit_against_spec, design_fabric
+from provision.fabric import audit_against_plans, audit_against_spec, audit_change, design_fabric
 from provision.runs import RunRecord
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec, SpecError, load_spec
@@ -335,10 +335,12 @@ def topology_check(spec: Path, as_json: bool) -> int:
               help="ibnetdiscover output of the as-built fabric (default: the simulated cluster's).")
 @click.option("--design", "plans", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="An explicit cabling plan (UFM .ndt or CSV) instead of a spec; may be repeated.")
+@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="An earlier dump: report what changed since, and re-check only the cables the change touched.")
 @state_dir_option
 @json_option
-def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, ...], state_dir: Path | None,
-                   as_json: bool) -> int:
+def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, ...], baseline: Path | None,
+                   state_dir: Path | None, as_json: bool) -> int:
     """Compare the as-built fabric with the design, cable by cable (exit 1 if anything is found)."""
     if (spec is None) == (not plans):
         raise click.UsageError("give either SPEC or --design PLAN (one or more), not both")
@@ -349,20 +351,17 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
         observed = sim_cluster.sim_dir(_state_dir(loaded, state_dir)) / "fabric" / "ibnetdiscover.txt"
         if not observed.exists():
             raise pipeline.UsageProblem(f"no simulated fabric dump at {observed}: run `provision sim up` first")
-    try:
-        discovery = ibnetdiscover.parse(observed.read_text(errors="replace"))
-    except ibnetdiscover.DumpError as error:
-        raise pipeline.UsageProblem(f"{observed}: {error}") from None
-    if loaded is not None:
-        report = audit_against_spec(loaded, discovery)
-    else:
-        planned = []
-        for plan in plans:
-            try:
-                planned += cabling.parse_plan(plan.read_text(errors="replace"))
-            except cabling.PlanError as error:
-                raise pipeline.UsageProblem(f"{plan}: {error}") from None
-        report = audit_against_plans(planned, discovery)
+    discovery = _read_dump(observed)
+    planned = []
+    for plan in plans:
+        try:
+            planned += cabling.parse_plan(plan.read_text(errors="replace"))
+        except cabling.PlanError as error:
+            raise pipeline.UsageProblem(f"{plan}: {error}") from None
+    if baseline is not None:
+        return _print_change(audit_change(loaded, planned, _read_dump(baseline), discovery), baseline, observed,
+                             as_json)
+    report = audit_against_spec(loaded, discovery) if loaded is not None else audit_against_plans(planned, discovery)
     counts = {category: sum(1 for f in report.findings if f.category == category)
               for category in ("miswired", "missing", "port_down", "degraded", "extra")}
     if as_json:
@@ -385,6 +384,39 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
         if found:
             out.print(f"[bold]{name}[/]: {len(found)} violation(s); first: {found[0].message}")
     return EXIT_PROBLEMS
+
+
+def _read_dump(path: Path) -> ibnetdiscover.Discovery:
+    try:
+        return ibnetdiscover.parse(path.read_text(errors="replace"))
+    except ibnetdiscover.DumpError as error:
+        raise pipeline.UsageProblem(f"{path}: {error}") from None
+
+
+def _print_change(change, baseline: Path, observed: Path, as_json: bool) -> int:
+    groups = {"fixed": change.fixed, "still broken": change.still_broken, "newly broken": change.newly_broken,
+              "untouched": change.untouched}
+    remaining = len(change.still_broken) + len(change.newly_broken) + len(change.untouched)
+    if as_json:
+        _emit_json({"baseline": str(baseline), "observed": str(observed),
+                    "cables_added": [cabling_label((link.a, link.b)) for link in change.added],
+                    "cables_removed": [cabling_label((link.a, link.b)) for link in change.removed],
+                    **{name.replace(" ", "_"): [f.as_dict() for f in found] for name, found in groups.items()}})
+        return EXIT_PROBLEMS if remaining else EXIT_OK
+    out.print(f"since {baseline}: {len(change.added)} cable(s) appeared, {len(change.removed)} disappeared",
+              markup=False)
+    table = Table(title="re-checked where the change touched", title_justify="left")
+    for column in ("status", "problem", "designed", "found", "detail"):
+        table.add_column(column, overflow="fold")
+    for name in ("fixed", "still broken", "newly broken"):
+        for finding in groups[name]:
+            table.add_row(name, finding.category, cabling_label(finding.expected), cabling_label(finding.actual),
+                          finding.detail)
+    out.print(table)
+    if change.untouched:
+        out.print(f"{len(change.untouched)} other problem(s) the change did not touch remain (not re-checked)",
+                  markup=False)
+    return EXIT_PROBLEMS if remaining else EXIT_OK
 
 
 def cabling_label(pair: tuple[tuple[str, str], tuple[str, str]] | None) -> str:

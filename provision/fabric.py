@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from provision.spec import LoadedSpec
-from topology.audit import Finding, Link, compare, discovered_links, down_endpoints
+from topology.audit import ChangeReport, Finding, Link, compare, compare_change, discovered_links, down_endpoints
 from topology.cabling import Endpoint, PlannedCable
 from topology.fattree import HostRails, Naming, build_design
 from topology.ibnetdiscover import Discovery
@@ -62,6 +62,19 @@ def audit_against_spec(loaded: LoadedSpec, discovery: Discovery) -> AuditReport:
                            designed_uplinks=loaded.fabric.leaf_uplinks if loaded.fabric else None)
     _attach_rules(findings, violations)
     return AuditReport(findings, violations)
+
+
+def design_links_of(loaded: LoadedSpec) -> list[Link]:
+    design = design_fabric(loaded)
+    return [Link(design_endpoint(design, cable.a[0], cable.a[1]), design_endpoint(design, cable.b[0], cable.b[1]),
+                 cable.rate, cable.width) for cable in design.cables()]
+
+
+def audit_change(loaded: LoadedSpec | None, plans: list[PlannedCable], before: Discovery,
+                 after: Discovery) -> ChangeReport:
+    design = design_links_of(loaded) if loaded is not None else [Link(cable.a, cable.b) for cable in plans]
+    return compare_change(design, discovered_links(before), discovered_links(after),
+                          down_before=down_endpoints(before), down_after=down_endpoints(after))
 
 
 def audit_against_plans(plans: list[PlannedCable], discovery: Discovery) -> AuditReport:

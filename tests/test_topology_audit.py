@@ -76,3 +76,27 @@ def test_audit_with_explicit_plans_reproduces_ufm() -> None:
     not_a_dump = run_cli("topology", "audit", "--design", str(ufm / "positive_flow_ndts/switch_to_host_topo1.ndt"),
                          "--observed", str(ufm / "positive_flow_ndts/switch_to_host_topo1.ndt"))
     assert not_a_dump.returncode == 2 and "not ibnetdiscover output" in not_a_dump.stderr
+
+
+def test_baseline_after_a_cable_repair_says_fixed_still_broken_newly_broken(tmp_path: Path) -> None:
+    from provision.sim import cluster
+
+    before_spec = write_spec(tmp_path, CABLE_FAULTS, hosts="sim[01-16]")
+    assert run_cli("sim", "up", str(before_spec)).returncode == 0
+    dump = cluster.sim_dir(tmp_path / ".provision" / "sim16") / "fabric" / "ibnetdiscover.txt"
+    old = tmp_path / "before.txt"
+    old.write_text(dump.read_text())
+    # the technician fixes the crossed cables, reseats the spine cable into the wrong port, leaves sim06 alone
+    repaired = [{"kind": "miswired_cable", "target": "spine-g03-02/4", "params": {"partner": "spine-g03-02/5"}},
+                CABLE_FAULTS[2]]
+    after_spec = write_spec(tmp_path, repaired, hosts="sim[01-16]")
+    assert run_cli("sim", "up", str(after_spec)).returncode == 0
+    result = run_cli("topology", "audit", "--json", str(after_spec), "--baseline", str(old))
+    assert result.returncode == 1, result.stderr
+    change = json.loads(result.stdout)
+    assert {f["category"] for f in change["fixed"]} == {"miswired", "missing"}
+    assert len(change["fixed"]) == 3
+    assert [f["category"] for f in change["newly_broken"]] == ["miswired", "miswired"], change["newly_broken"]
+    assert change["still_broken"] == []
+    assert [f["category"] for f in change["untouched"]] == ["degraded"]  # sim06's HDR link: not touched
+    assert len(change["cables_added"]) == 4 and len(change["cables_removed"]) == 3

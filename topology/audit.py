@@ -5,7 +5,9 @@ Categories, as UFM's cabling check names them plus two it cannot see:
 * ``missing`` (UFM: missing_in_ufm): a designed cable with neither end connected;
 * ``miswired`` (UFM: miss_wired): a designed cable whose first end is connected elsewhere (or, if that end is
   dark, whose second end is); with ``swap_partner`` when two cables are simply crossed;
-* ``extra`` (UFM: missing_in_ndt): a discovered cable the design does not have, and that no miswire explains;
+* ``extra`` (UFM: missing_in_ndt): a discovered cable the design does not have, and that no miswire explains
+  (a cable whose two plugs both belong to designed cables already reported miswired is the far half of a
+  crossing, not an extra cable);
 * ``degraded``: the designed cable, trained at a lower speed or width than designed;
 * ``port_down``: a designed cable missing where the dump reports the port itself down.
 
@@ -92,9 +94,14 @@ def compare(design: list[Link], observed: list[Link], down_ports: set[Endpoint] 
         explained.add(frozenset(actual))
         findings.append(Finding("miswired", (link.a, link.b), actual, _miswire_detail(link, actual)))
     _name_swap_partners(findings, designed_peer, peer)
+    miswired_ends = {end for finding in findings if finding.category == "miswired" and finding.expected
+                     for end in finding.expected}
     for link in observed:
-        if link.ends not in explained:
-            findings.append(Finding("extra", None, (link.a, link.b), "discovered but not in the design"))
+        if link.ends in explained:
+            continue
+        if link.a in miswired_ends and link.b in miswired_ends:
+            continue  # the far half of cables already reported crossed: both its plugs are accounted for
+        findings.append(Finding("extra", None, (link.a, link.b), "discovered but not in the design"))
     return findings
 
 
@@ -146,3 +153,47 @@ def discovered_links(discovery: Discovery) -> list[Link]:
 
 def down_endpoints(discovery: Discovery) -> set[Endpoint]:
     return {discovered_endpoint(discovery.nodes[node], port) for node, port, _state in discovery.down_ports}
+
+
+def finding_key(finding: Finding) -> tuple[str, frozenset[Endpoint] | None, frozenset[Endpoint] | None]:
+    return (finding.category, frozenset(finding.expected) if finding.expected else None,
+            frozenset(finding.actual) if finding.actual else None)
+
+
+@dataclass
+class ChangeReport:
+    added: list[Link]  # cables in the new snapshot only
+    removed: list[Link]  # cables in the old snapshot only
+    fixed: list[Finding]
+    still_broken: list[Finding]
+    newly_broken: list[Finding]
+    untouched: list[Finding]  # problems the change did not touch (carried over, not re-checked)
+
+
+def compare_change(design: list[Link], before: list[Link], after: list[Link], *,
+                   down_before: set[Endpoint] | None = None, down_after: set[Endpoint] | None = None) -> ChangeReport:
+    """What a cable change did: only cables and design links touching a changed port are re-checked."""
+    old_ends = {link.ends: link for link in before}
+    new_ends = {link.ends: link for link in after}
+    added = [link for ends, link in new_ends.items() if ends not in old_ends]
+    removed = [link for ends, link in old_ends.items() if ends not in new_ends]
+    touched = {end for link in (*added, *removed) for end in link.ends}
+    touched |= (down_before or set()) ^ (down_after or set())
+    old_findings = compare(design, before, down_before)
+
+    def touches(finding: Finding) -> bool:
+        return any(end in touched for pair in (finding.expected, finding.actual) if pair for end in pair)
+
+    local_design = [link for link in design if link.ends & touched]
+    local_after = [link for link in after if link.ends & touched]
+    rechecked = [finding for finding in compare(local_design, local_after, down_after) if touches(finding)]
+    old_keys = {finding_key(finding) for finding in old_findings if touches(finding)}
+    new_keys = {finding_key(finding) for finding in rechecked}
+    return ChangeReport(
+        added=added,
+        removed=removed,
+        fixed=[f for f in old_findings if touches(f) and finding_key(f) not in new_keys],
+        still_broken=[f for f in rechecked if finding_key(f) in old_keys],
+        newly_broken=[f for f in rechecked if finding_key(f) not in old_keys],
+        untouched=[f for f in old_findings if not touches(f)],
+    )
