@@ -21,13 +21,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from provision import __version__, hostlist, pipeline
-from provision.fabric import audit_against_plans, audit_against_spec, audit_change, design_fabric
+from provision.fabric import audit_against_plans, audit_against_spec, audit_change, design_fabric, problem_places
 from provision.runs import RunRecord
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec, SpecError, load_spec
 from provision.spec.thresholds import effective_thresholds
 from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError
-from topology import cabling, ibnetdiscover, rules
+from topology import cabling, export, ibnetdiscover, rules
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -384,6 +384,55 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
         if found:
             out.print(f"[bold]{name}[/]: {len(found)} violation(s); first: {found[0].message}")
     return EXIT_PROBLEMS
+
+
+@topology.command(name="slurm")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here, not stdout.")
+def topology_slurm(spec: Path, output: Path | None) -> int:
+    """Slurm topology.conf (tree plugin) for the fabric SPEC designs."""
+    loaded = load_spec(spec)
+    try:
+        design = design_fabric(loaded)
+    except ValueError as error:
+        raise pipeline.UsageProblem(str(error)) from None
+    text = export.slurm_topology(design, grouping=loaded.fabric.spine_grouping if loaded.fabric else "none",
+                                 title=loaded.spec.cluster.name)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        out.print(f"wrote {output}", markup=False)
+    return EXIT_OK
+
+
+@topology.command(name="draw")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--observed", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Mark the problems an audit of this dump finds (default: the simulated fabric's, if any).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=Path("fabric.svg"),
+              show_default=True)
+@state_dir_option
+def topology_draw(spec: Path, observed: Path | None, output: Path, state_dir: Path | None) -> int:
+    """An SVG of the fabric, summarised per scalable unit, problem cables in red."""
+    loaded = load_spec(spec)
+    try:
+        design = design_fabric(loaded)
+    except ValueError as error:
+        raise pipeline.UsageProblem(str(error)) from None
+    if observed is None and loaded.spec.simulation is not None:
+        candidate = sim_cluster.sim_dir(_state_dir(loaded, state_dir)) / "fabric" / "ibnetdiscover.txt"
+        observed = candidate if candidate.exists() else None
+    boxes: dict[str, int] = {}
+    bundles: dict[tuple[str, str], int] = {}
+    title = f"{loaded.spec.cluster.name}: {design.graph.number_of_edges():,} cables (design)"
+    if observed is not None:
+        report = audit_against_spec(loaded, _read_dump(observed))
+        boxes, bundles = problem_places(loaded, report.findings)
+        title = f"{loaded.spec.cluster.name}: {len(report.findings)} problem cable(s) in {observed.name}"
+    output.write_text(export.draw_svg(design, title=title, problems=boxes, bundle_problems=bundles))
+    out.print(f"wrote {output}", markup=False)
+    return EXIT_OK
 
 
 def _read_dump(path: Path) -> ibnetdiscover.Discovery:

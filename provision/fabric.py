@@ -9,7 +9,7 @@ from topology.audit import ChangeReport, Finding, Link, compare, compare_change,
 from topology.cabling import Endpoint, PlannedCable
 from topology.fattree import HostRails, Naming, build_design
 from topology.ibnetdiscover import Discovery
-from topology.model import HCA, Cable, Fabric
+from topology.model import HCA, LEAF, SPINE, Cable, Fabric
 from topology.rules import Violation, check_all
 
 
@@ -124,3 +124,39 @@ def _attach_rules(findings: list[Finding], violations: dict[str, list[Violation]
         ends = [*(finding.expected or ()), *(finding.actual or ())]
         finding.rules = sorted({rule for end in ends
                                 for rule in by_port.get(end, set()) | by_switch.get(end[0], set())})
+
+
+def problem_places(loaded: LoadedSpec, findings: list[Finding]) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+    """Where the picture should show each problem cable: on its SU (host cables) or on its bundle."""
+    design = design_fabric(loaded)
+    nodes = design.graph.nodes
+    by_endpoint: dict[Endpoint, str] = {}
+    for node, data in nodes(data=True):
+        if data["kind"] == HCA:
+            by_endpoint[design_endpoint(design, node, 1)] = node
+    by_device = {node.lower(): node for node, data in nodes(data=True) if data["kind"] != HCA}
+
+    def place(node: str) -> tuple[int, str]:
+        data = nodes[node]
+        kind = data["kind"]
+        if kind in (HCA, LEAF):
+            return 1, f"SU {data['su']}"
+        return (2, f"group {data['group']}") if kind == SPINE else (3, f"plane {data['plane']}")
+
+    boxes: dict[str, int] = {}
+    bundles: dict[tuple[str, str], int] = {}
+    for finding in findings:
+        pair = finding.expected or finding.actual
+        if pair is None:
+            continue
+        known = [by_endpoint.get(end) or by_device.get(end[0]) for end in pair]
+        places = sorted(place(node) for node in known if node is not None)
+        if not places:
+            continue
+        if (len(places) == 2 and places[0][0] != places[1][0] and places[0][0] != 1) or (
+                len(places) == 2 and places[0][0] == 1 and places[1][0] == 2):
+            key = (places[0][1], places[1][1])
+            bundles[key] = bundles.get(key, 0) + 1
+        else:
+            boxes[places[0][1]] = boxes.get(places[0][1], 0) + 1
+    return boxes, bundles
