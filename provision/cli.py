@@ -21,7 +21,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from provision import __version__, hostlist, pipeline
-from provision.fabric import audit_against_plans, audit_against_spec, audit_change, design_fabric, problem_places
+from provision.fabric import (
+    IdentityError,
+    audit_against_plans,
+    audit_against_spec,
+    audit_change,
+    design_fabric,
+    problem_places,
+)
 from provision.runs import RunRecord
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec, SpecError, load_spec
@@ -511,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         for issue in error.issues:
             err.print(str(issue), markup=False)
         return EXIT_USAGE
-    except (pipeline.UsageProblem, LockHeld, StoreError, sim_cluster.SimError) as error:
+    except (pipeline.UsageProblem, LockHeld, StoreError, sim_cluster.SimError, IdentityError) as error:
         err.print(f"provision: {error}", markup=False)
         return EXIT_USAGE
     except click.exceptions.Exit as done:

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from provision.spec import LoadedSpec
 from topology.audit import ChangeReport, Finding, Link, compare, compare_change, discovered_links, down_endpoints
-from topology.cabling import Endpoint, PlannedCable
+from topology.cabling import Endpoint, PlannedCable, discovered_endpoint
 from topology.fattree import HostRails, Naming, build_design
-from topology.ibnetdiscover import Discovery
+from topology.ibnetdiscover import DiscoveredNode, Discovery
 from topology.model import HCA, LEAF, SPINE, Cable, Fabric
 from topology.rules import Violation, check_all
 
@@ -50,8 +50,30 @@ class AuditReport:
         return len(self.findings) + sum(len(found) for found in self.violations.values())
 
 
+class IdentityError(ValueError):
+    """Two discovered HCAs claim the same host and HCA: the dump cannot be matched to the design."""
+
+
+def check_identities(design: Fabric, discovery: Discovery) -> None:
+    claimed: dict[Endpoint, DiscoveredNode] = {}
+    wanted = {design_endpoint(design, node, 1) for node in design.nodes_of(HCA)}
+    for node in discovery.nodes.values():
+        if node.kind != "ca":
+            continue
+        endpoint = discovered_endpoint(node, 1)
+        if endpoint not in wanted:
+            continue
+        if endpoint in claimed:
+            first = claimed[endpoint]
+            raise IdentityError(f"line {node.line}: node description {node.description!r} of {node.node_id} is also "
+                                f"the description of {first.node_id} (line {first.line}); fix the node descriptions "
+                                "(rdma-ndd sets '<host> <device>') before auditing")
+        claimed[endpoint] = node
+
+
 def audit_against_spec(loaded: LoadedSpec, discovery: Discovery) -> AuditReport:
     design = design_fabric(loaded)
+    check_identities(design, discovery)
     design_links = [Link(design_endpoint(design, cable.a[0], cable.a[1]),
                          design_endpoint(design, cable.b[0], cable.b[1]), cable.rate, cable.width)
                     for cable in design.cables()]

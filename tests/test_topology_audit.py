@@ -100,3 +100,20 @@ def test_baseline_after_a_cable_repair_says_fixed_still_broken_newly_broken(tmp_
     assert change["still_broken"] == []
     assert [f["category"] for f in change["untouched"]] == ["degraded"]  # sim06's HDR link: not touched
     assert len(change["cables_added"]) == 4 and len(change["cables_removed"]) == 3
+
+
+def test_duplicate_hca_descriptions_are_refused_with_their_lines(tmp_path: Path) -> None:
+    from provision.sim import cluster
+
+    spec = write_spec(tmp_path, [], hosts="sim[01-16]")
+    assert run_cli("sim", "up", str(spec)).returncode == 0
+    dump = cluster.sim_dir(tmp_path / ".provision" / "sim16") / "fabric" / "ibnetdiscover.txt"
+    broken = tmp_path / "duplicate.txt"
+    broken.write_text(dump.read_text().replace('# "sim02 mlx5_0"', '# "sim01 mlx5_0"'))
+    result = run_cli("topology", "audit", str(spec), "--observed", str(broken))
+    assert result.returncode == 2
+    assert "node description 'sim01 mlx5_0'" in result.stderr and "(line " in result.stderr
+    truncated = tmp_path / "truncated.txt"
+    truncated.write_text(dump.read_text()[: len(dump.read_text()) // 4])  # cut mid-dump, mid-line
+    partial = run_cli("topology", "audit", "--json", str(spec), "--observed", str(truncated))
+    assert partial.returncode == 1 and json.loads(partial.stdout)["counts"]["missing"] > 0

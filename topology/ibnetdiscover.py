@@ -37,6 +37,7 @@ class DiscoveredNode:
     ports: int
     description: str
     system_guid: str = ""
+    line: int = 0  # where its header is in the dump (0: only seen as a peer)
 
     @property
     def system_name(self) -> str:
@@ -94,7 +95,7 @@ def parse(text: str) -> Discovery:
             quoted = _QUOTED.search(rest) if "#" in rest else None
             description = quoted.group(1) if quoted else header.group(3)
             current = DiscoveredNode(header.group(3), _KIND[header.group(1)], int(header.group(2)), description,
-                                     system_guid)
+                                     system_guid, number)
             discovery.nodes[current.node_id] = current
             system_guid = ""
             continue
