@@ -64,7 +64,7 @@ def ensure_host(host_dir: Path) -> Path:
 def _build(root: Path, recipe: dict[str, Any]) -> None:
     hardware = hardware_from_dict(recipe["hardware"])
     clone_tree(Path(recipe["template"]), root)
-    materialize_host(root, hardware, lid_base=recipe["lid_base"])
+    materialize_host(root, hardware, lid_base=recipe["lid_base"], kernel=recipe["kernel"])
     kernel = recipe["kernel"]
     state = initial_state(hardware, kernel)
     state["pinned_driver"] = recipe["pinned_driver"]
@@ -76,6 +76,6 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
     for fault in recipe["faults"]:
         INJECTORS[fault["kind"]](context, fault["params"], fault["target"])
     if state["modules"]:
-        write_modules(root, state["modules"])
+        write_modules(root, state["modules"], state.get("driver_loaded"))
     save_state(root, state)
     replace_file(root / READY, "")

@@ -77,7 +77,7 @@ def _boot_with_driver(node: NodeContext, version: str) -> None:
     node.state["modules"] = ["nvidia", "nvidia_uvm", "nvidia_modeset"]
     node.state["services"].update({"nvidia-persistenced": {"enabled": True, "active": True},
                                    "nvidia-fabricmanager": {"enabled": True, "active": True}})
-    write_modules(node.root, node.state["modules"])
+    write_modules(node.root, node.state["modules"], node.state.get("driver_loaded"))
     append_kernel_log(node.root, kernel_log.driver_load_lines(version))
 
 

@@ -72,17 +72,27 @@ def materialize_shared(root: Path, hardware: NodeHardware, *, kernel: str, link_
         (root / directory).mkdir(parents=True, exist_ok=True)
     write(root / "etc/os-release", 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
                                    'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nID=ubuntu\nID_LIKE=debian\n')
-    write(root / "proc/sys/kernel/numa_balancing", "1\n")
     write(root / "proc/cmdline", f"BOOT_IMAGE=/vmlinuz-{kernel} root=/dev/nvme0n1p2 ro intel_iommu=on\n")
-    write(root / "proc/modules", "")
     write(root / RING_FILE, "".join(f"[{seconds:12.6f}] {line}\n" for seconds, line in _stamped(boot_lines)))
     write(root / "var/lib/dpkg/status", "")
 
 
-def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int) -> None:
-    """The files that make a host itself: its name, boot id and HCA identities."""
+#: CPUs a simulated host shows in sysfs (a real HGX host has ~200; a few are enough to tune and check).
+SIM_CPUS = 8
+
+
+def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int, kernel: str) -> None:
+    """The files that make a host itself (name, boot id, HCA identities) and the runtime files a real host
+    changes in place (``/proc/sys``, cpufreq), which therefore must never be shared with the template."""
     write(root / "etc/hostname", hardware.host + "\n")
     write(root / "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
+    write(root / "proc/sys/kernel/osrelease", kernel + "\n")
+    write(root / "proc/sys/kernel/numa_balancing", "1\n")
+    write(root / "proc/swaps", "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
+                              "/swap.img                               file\t\t8388604\t\t0\t\t-2\n")
+    write(root / "proc/modules", "")
+    for cpu in range(SIM_CPUS):
+        write(root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", "schedutil\n")
     for offset, hca in enumerate(hardware.hcas):
         device_dir = root / "sys" / "class" / "infiniband" / hca.name
         raw = hca.node_guid.removeprefix("0x")

@@ -37,8 +37,14 @@ def _canonical(name: str) -> str:
     return name.replace("-", "_")
 
 
-def write_modules(root: Path, modules: list[str]) -> None:
-    """``proc/modules`` and ``sys/module/*`` for the loaded set."""
+def write_modules(root: Path, modules: list[str], driver: str | None = None) -> None:
+    """``proc/modules``, ``sys/module/*`` and ``proc/driver/nvidia/version`` for the loaded set."""
+    version_file = root / "proc" / "driver" / "nvidia" / "version"
+    if "nvidia" in modules and driver:
+        replace_file(version_file, f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver}  Wed Jun 12 00:36:21 UTC "
+                                   "2024\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
+    elif version_file.exists():
+        version_file.unlink()
     lines = []
     for name in modules:
         users = [other for other in modules if name in DEPENDS.get(other, [])]
@@ -115,7 +121,7 @@ def modprobe(root: Path, args: list[str]) -> int:
     finally:
         if log:
             append_kernel_log(root, log)
-        write_modules(root, state["modules"])
+        write_modules(root, state["modules"], state.get("driver_loaded"))
         _register_peers(root, state)
         save_state(root, state)
     return 0
@@ -280,7 +286,7 @@ def reboot(root: Path, args: list[str]) -> int:
         except ToolError as error:
             log.append(f"systemd-modules-load[612]: Failed to insert module '{name}': {error.message}")
     append_kernel_log(root, ["reboot: Restarting system", *log])
-    write_modules(root, state["modules"])
+    write_modules(root, state["modules"], state.get("driver_loaded"))
     _register_peers(root, state)
     enabled_units = [unit for unit, service in state.get("services", {}).items() if service.get("enabled")]
     save_state(root, state)
