@@ -60,6 +60,8 @@ state_dir_option = click.option("--state-dir", type=click.Path(path_type=Path, f
                                  help="Where the state store and run records live (default: .provision/<cluster> "
                                       "next to the spec).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+forks_option = click.option("--forks", type=click.IntRange(min=1), default=None,
+                            help="Parallel Ansible hosts (default: connection.forks of the spec).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -127,11 +129,13 @@ def _spec_summary(loaded: LoadedSpec) -> dict[str, Any]:
 @state_dir_option
 @click.option("--limit", metavar="HOSTLIST", help="Only these hosts (Slurm hostlist syntax).")
 @click.option("--phases", metavar="LIST", help="Comma-separated phases to consider.")
+@forks_option
 @json_option
-def plan(spec: Path, state_dir: Path | None, limit: str | None, phases: str | None, as_json: bool) -> int:
+def plan(spec: Path, state_dir: Path | None, limit: str | None, phases: str | None, forks: int | None,
+         as_json: bool) -> int:
     """Show what `apply` would change, without changing anything."""
     loaded = load_spec(spec)
-    reports = pipeline.plan(loaded, _state_dir(loaded, state_dir), limit=limit, phases=phases)
+    reports = pipeline.plan(loaded, _state_dir(loaded, state_dir), limit=limit, phases=phases, forks=forks)
     if as_json:
         _emit_json({"cluster": loaded.spec.cluster.name, "phases": [
             {"phase": report.name, "summary": report.summary, **report.details} for report in reports]})
@@ -142,6 +146,14 @@ def plan(spec: Path, state_dir: Path | None, limit: str | None, phases: str | No
         return EXIT_OK
     for report in changes:
         out.print(f"[bold]{report.name}[/]: {report.summary}")
+        for host, tasks in sorted(report.details.get("changes", {}).items()):
+            out.print(f"  {host}:", markup=False)
+            for change in tasks:
+                out.print(f"    ~ {change['task']}", markup=False)
+                for line in (change.get("diff") or "").splitlines()[:12]:
+                    out.print(f"        {line}", markup=False)
+        for host, failure in sorted(report.details.get("failures", {}).items()):
+            out.print(f"  {host}: would fail at {failure}", markup=False)
     return EXIT_OK
 
 
@@ -152,9 +164,10 @@ def plan(spec: Path, state_dir: Path | None, limit: str | None, phases: str | No
 @click.option("--phases", metavar="LIST", help="Comma-separated phases to run (default: all).")
 @click.option("--wait-lock", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another mutating command to finish instead of failing at once.")
+@forks_option
 @json_option
 def apply(spec: Path, state_dir: Path | None, limit: str | None, phases: str | None, wait_lock: float,
-          as_json: bool) -> int:
+          forks: int | None, as_json: bool) -> int:
     """Converge the cluster to SPEC and record the run."""
     loaded = load_spec(spec)
     target = _state_dir(loaded, state_dir)
@@ -170,7 +183,7 @@ def apply(spec: Path, state_dir: Path | None, limit: str | None, phases: str | N
             return lambda steps: bars.advance(task, steps)
 
         result = pipeline.apply(loaded, target, argv=sys.argv[1:], limit=limit, phases=phases,
-                                wait_lock_s=wait_lock, on_run_created=remember, progress=progress)
+                                wait_lock_s=wait_lock, on_run_created=remember, progress=progress, forks=forks)
     if as_json:
         _emit_json({"run_id": result.run.id, "run_dir": str(result.run.path), "exit_code": result.exit_code,
                     "phases": [{"phase": r.name, "summary": r.summary, **r.details} for r in result.reports],

@@ -9,13 +9,15 @@ nothing that is not implemented is listed or pretended.
 
 from __future__ import annotations
 
+import json
 import random
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from provision import hostlist
+from provision import ansible, hostlist, inventory
 from provision.runs import RunRecord
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
@@ -53,6 +55,7 @@ class PhaseContext:
     run: RunRecord
     targets: list[ResolvedNode]
     advance: Callable[[int], None] = lambda steps: None
+    forks: int = 8
 
 
 @dataclass
@@ -66,7 +69,8 @@ class Phase(Protocol):
     name: str
     description: str
 
-    def plan(self, loaded: LoadedSpec, store: StateStore | None) -> PhaseReport: ...
+    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+             forks: int) -> PhaseReport: ...
 
     def run(self, context: PhaseContext) -> PhaseReport: ...
 
@@ -77,7 +81,8 @@ class RegisterPhase:
     name = "register"
     description = "record the spec's nodes in the state store"
 
-    def plan(self, loaded: LoadedSpec, store: StateStore | None) -> PhaseReport:
+    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+             forks: int) -> PhaseReport:
         pairs = [(node.name, node.group) for node in loaded.nodes]
         change = store.compare(pairs) if store else Registration([name for name, _ in pairs], [], [])
         return self._report(change, "would ")
@@ -89,7 +94,7 @@ class RegisterPhase:
         context.store.record_results(context.run.id, self.name, [
             (node.name, "in-spec", "added" if node.name in added else "returned" if node.name in returning
              else "unchanged", {"group": node.group, "address": node.address}) for node in context.targets])
-        context.advance(len(pairs))
+        context.advance(len(context.targets))
         context.run.event("phase.register", added=change.added, returning=change.returning, removed=change.removed)
         return self._report(change, "")
 
@@ -113,7 +118,8 @@ class SimulatePhase:
     name = "simulate"
     description = "bring up the simulated cluster"
 
-    def plan(self, loaded: LoadedSpec, store: StateStore | None) -> PhaseReport:
+    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+             forks: int) -> PhaseReport:
         if loaded.spec.simulation is None:
             return PhaseReport(self.name, "no simulation section", {})
         state_dir = store.state_dir if store else None
@@ -134,7 +140,79 @@ class SimulatePhase:
         return PhaseReport(self.name, sim_cluster.summary(manifest), {"faults": manifest["faults"]})
 
 
-PHASES: tuple[Phase, ...] = (SimulatePhase(), RegisterPhase())
+class ProvisionPhase:
+    """The playbooks: every targeted host converged to the spec; a host that cannot be is quarantined with
+    the failing task, and later phases skip it."""
+
+    name = "provision"
+    description = "converge hosts with the playbooks"
+    eligible = (NodeState.NEW, NodeState.PROVISIONED, NodeState.QUARANTINED, NodeState.ADMITTED)
+
+    def _hosts(self, context_targets: list[ResolvedNode], store: StateStore | None) -> list[str]:
+        hosts = []
+        for node in context_targets:
+            record = store.node(node.name) if store else None
+            if record is None or record.state in self.eligible:
+                hosts.append(node.name)
+        return hosts
+
+    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+             forks: int) -> PhaseReport:
+        state_dir = store.state_dir if store else None
+        if state_dir is None or (loaded.spec.simulation is not None and sim_cluster.read_manifest(state_dir) is None):
+            return PhaseReport(self.name, f"would converge {len(targets)} host(s) (nothing known about them "
+                               "yet: run apply)", {"hosts": [node.name for node in targets]})
+        with tempfile.TemporaryDirectory() as scratch:
+            path = inventory.write(loaded, state_dir, Path(scratch) / "inventory.yml")
+            hosts = self._hosts(targets, store)
+            if loaded.spec.simulation is not None:
+                sim_cluster.materialize(state_dir, hosts)
+            result = ansible.run_playbook(path, hosts, check=True, forks=forks)
+        changes = {host: outcome.changes for host, outcome in result.hosts.items() if outcome.changes}
+        failures = {host: f"{outcome.failed_task}: {outcome.message}" for host, outcome in result.hosts.items()
+                    if not outcome.succeeded}
+        if not changes and not failures:
+            return PhaseReport(self.name, "no changes", {})
+        summary = f"would change {len(changes)} host(s): {hostlist.compress(list(changes))}" if changes else ""
+        if failures:
+            summary += ("; " if summary else "") + f"{len(failures)} host(s) fail: {hostlist.compress(list(failures))}"
+        return PhaseReport(self.name, summary, {"changes": changes, "failures": failures})
+
+    def run(self, context: PhaseContext) -> PhaseReport:
+        hosts = self._hosts(context.targets, context.store)
+        if not hosts:
+            return PhaseReport(self.name, "no host to provision", {})
+        path = inventory.write(context.loaded, context.store.state_dir, context.run.path / "inventory.yml")
+        result = ansible.run_playbook(path, hosts, forks=context.forks,
+                                      on_task=lambda host, task, outcome: context.run.event(
+                                          "task", host=host, task=task, outcome=outcome))
+        rows, failed, changed = [], [], []
+        for host in hosts:
+            outcome = result.hosts[host]
+            rows.append((host, "playbook", "ok" if outcome.succeeded else "failed", outcome.as_dict()))
+            record = context.store.node(host)
+            if outcome.succeeded:
+                changed += [host] if outcome.changed else []
+                if record is None or record.state is not NodeState.ADMITTED or outcome.changed:
+                    context.store.transition(host, NodeState.PROVISIONED, run_id=context.run.id,
+                                             evidence={"changed_tasks": outcome.changed})
+            else:
+                failed.append(host)
+                reason = f"{'unreachable' if outcome.unreachable else 'task failed'}: {outcome.failed_task}: " \
+                         f"{outcome.message}"
+                context.store.transition(host, NodeState.QUARANTINED, run_id=context.run.id, stage="provision",
+                                         reason=reason, evidence=outcome.as_dict())
+            context.advance(1)
+        context.store.record_results(context.run.id, self.name, rows)
+        (context.run.path / "provision.json").write_text(json.dumps([row[3] for row in rows], indent=2))
+        summary = f"{len(hosts) - len(failed)} host(s) converged ({len(changed)} changed)"
+        if failed:
+            summary += f"; {len(failed)} failed: " + "; ".join(
+                f"{host}: {result.hosts[host].failed_task}" for host in failed)
+        return PhaseReport(self.name, summary, {"failed": failed, "changed": changed})
+
+
+PHASES: tuple[Phase, ...] = (SimulatePhase(), RegisterPhase(), ProvisionPhase())
 
 
 def select_phases(names: str | None) -> list[Phase]:
@@ -185,6 +263,7 @@ def apply(
     wait_lock_s: float = 0.0,
     on_run_created: Callable[[RunRecord], None] = lambda run: None,
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
+    forks: int | None = None,
 ) -> ApplyResult:
     """Run the selected phases against the spec under the cluster lock."""
     chosen = select_phases(phases)
@@ -207,8 +286,8 @@ def apply(
             reports = []
             for phase in chosen:
                 run.event("phase.started", phase=phase.name)
-                advance = progress(phase.description, len(loaded.nodes)) if progress else (lambda steps: None)
-                context = PhaseContext(loaded, store, run, targets, advance)
+                advance = progress(phase.description, len(targets)) if progress else (lambda steps: None)
+                context = PhaseContext(loaded, store, run, targets, advance, forks or loaded.spec.connection.forks)
                 report = phase.run(context)
                 run.event("phase.finished", phase=phase.name, summary=report.summary)
                 reports.append(report)
@@ -231,13 +310,13 @@ def apply(
 
 
 def plan(loaded: LoadedSpec, state_dir: Path, *, limit: str | None = None,
-         phases: str | None = None) -> list[PhaseReport]:
+         phases: str | None = None, forks: int | None = None) -> list[PhaseReport]:
     """What ``apply`` would do; reads the store if there is one and never writes."""
     chosen = select_phases(phases)
-    select_targets(loaded, limit)  # the same usage errors as apply
+    targets = select_targets(loaded, limit)  # the same usage errors as apply
     store = StateStore.open_readonly(state_dir)
     try:
-        return [phase.plan(loaded, store) for phase in chosen]
+        return [phase.plan(loaded, store, targets, forks or loaded.spec.connection.forks) for phase in chosen]
     finally:
         if store:
             store.close()

@@ -48,11 +48,11 @@ def test_plan_apply_plan_status(sim_spec: Path) -> None:
     assert first.returncode == 0 and "would add 16 new node(s): sim[01-16]" in first.stdout
     assert not state.exists(), "plan must not write anything"
 
-    applied = run_cli("apply", str(sim_spec))
+    applied = run_cli("apply", str(sim_spec), "--phases", "simulate,register")
     assert applied.returncode == 0, applied.stderr
     assert "add 16 new node(s)" in applied.stdout and "sim16: 16 nodes" in applied.stdout
 
-    again = run_cli("plan", str(sim_spec))
+    again = run_cli("plan", str(sim_spec), "--phases", "simulate,register")
     assert again.stdout.strip() == "No changes: sim16 (16 nodes) matches the spec."
 
     status = run_cli("status", "--json", str(sim_spec))
@@ -80,11 +80,12 @@ def test_plan_apply_plan_status(sim_spec: Path) -> None:
 
 
 def test_a_shrunk_spec_keeps_the_history_of_removed_nodes(sim_spec: Path) -> None:
-    assert run_cli("apply", str(sim_spec)).returncode == 0
+    phases = ("--phases", "simulate,register")
+    assert run_cli("apply", str(sim_spec), *phases).returncode == 0
     sim_spec.write_text(sim_spec.read_text().replace('"sim[01-16]"', '"sim[01-14]"'))
-    plan = run_cli("plan", str(sim_spec))
+    plan = run_cli("plan", str(sim_spec), *phases)
     assert "would mark 2 no longer in the spec (history kept): sim[15-16]" in plan.stdout
-    assert run_cli("apply", str(sim_spec)).returncode == 0
+    assert run_cli("apply", str(sim_spec), *phases).returncode == 0
     status = run_cli("status", str(sim_spec))
     assert "not in the spec any more (history kept): sim[15-16]" in status.stdout
     payload = json.loads(run_cli("status", "--json", str(sim_spec)).stdout)
@@ -98,6 +99,8 @@ def test_a_shrunk_spec_keeps_the_history_of_removed_nodes(sim_spec: Path) -> Non
         (["apply", "{spec}", "--limit", "sim[17-18]"], "not in the spec: sim[17-18]"),
         (["apply", "{spec}", "--limit", "sim[9-1]"], "runs backwards"),
         (["apply", "{spec}", "--phases", "teleport"], "unknown phase(s) teleport"),
+        (["apply", "{spec}", "--limit", "sim01", "--phases", "simulate,register,provision", "--forks", "0"],
+         "Invalid value for '--forks'"),
         (["apply"], "Missing argument 'SPEC'"),
         (["frobnicate"], "No such command"),
         (["status", "--state-dir", "{tmp}/nothing"], "no state store"),
@@ -122,7 +125,7 @@ def test_a_held_lock_names_the_holder(sim_spec: Path) -> None:
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        result = run_cli("apply", str(sim_spec))
+        result = run_cli("apply", str(sim_spec), "--phases", "simulate,register")
         assert result.returncode == 2
         assert f"another `provision apply` (pid {holder.pid}, started" in result.stderr
         assert not (state / "runs").exists(), "nothing may happen without the lock"
@@ -146,14 +149,18 @@ def test_an_internal_error_exits_3_and_names_the_run_directory(sim_spec: Path, m
     assert (manifest["status"], manifest["exit_code"]) == ("failed", 3)
 
 
-def test_secrets_from_the_environment_reach_no_file(sim_spec: Path) -> None:
+def test_secrets_from_the_environment_reach_no_file(tmp_path: Path) -> None:
+    from tests.simhelpers import write_spec
+
     canary = "canary-7f3e9a-never-store-me"
-    result = run_cli("apply", str(sim_spec), env={
+    spec = write_spec(tmp_path, [], hosts="sim[01-02]")  # every phase, the playbooks included
+    result = run_cli("apply", str(spec), timeout=600, env={
         "PROVISION_BECOME_PASSWORD": canary, "BMC_PASSWORD": canary, "NCCL_IB_TOKEN": canary,
         "NCCL_IB_HCA": "=mlx5_0,mlx5_3"})
     assert result.returncode == 0, result.stderr
-    state = sim_spec.parent / ".provision"
-    files = [path for path in state.rglob("*") if path.is_file()]
+    assert "provision: 2 host(s) converged" in result.stdout
+    state = tmp_path / ".provision"
+    files = [path for path in state.rglob("*") if path.is_file() and "/sim/" not in str(path)]
     assert files
     for path in files:
         assert canary.encode() not in path.read_bytes(), path

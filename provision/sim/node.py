@@ -85,6 +85,7 @@ def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int, kerne
     """The files that make a host itself (name, boot id, HCA identities) and the runtime files a real host
     changes in place (``/proc/sys``, cpufreq), which therefore must never be shared with the template."""
     write(root / "etc/hostname", hardware.host + "\n")
+    write(root / "etc/fstab", "/dev/nvme0n1p2 / ext4 defaults 0 1\n/swap.img none swap sw 0 0\n")
     write(root / "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
     write(root / "proc/sys/kernel/osrelease", kernel + "\n")
     write(root / "proc/sys/kernel/numa_balancing", "1\n")

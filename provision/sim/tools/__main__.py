@@ -25,6 +25,7 @@ TOOLS: dict[str, Callable[[Path, list[str]], int]] = {
     "systemctl": system.systemctl,
     "df": system.df,
     "reboot": system.reboot,
+    "swapoff": system.swapoff,
     "shutdown": system.reboot,
     "dpkg-query": apt.dpkg_query,
     "apt-get": apt.apt_get,

@@ -199,6 +199,7 @@ def _effects(state: dict, name: str, version: str) -> None:
         # DKMS builds nvidia-peermem against the ib_core of the OFED installed right now.
         state["peermem_built_against"] = state.get("ofed_installed")
         state["driver_installed"] = upstream
+        state.pop("peermem_missing", None)  # the DKMS build produces nvidia-peermem this time
     elif name in ("doca-ofed", "mlnx-ofed-all"):
         state["ofed_installed"] = upstream
     elif name.startswith("nvidia-fabricmanager-"):

@@ -263,6 +263,23 @@ def df(root: Path, args: list[str]) -> int:
     return 0
 
 
+SWAPS_HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
+
+
+def swapoff(root: Path, args: list[str]) -> int:
+    if args != ["-a"]:
+        not_simulated("swapoff", " ".join(args))
+    replace_file(root / "proc" / "swaps", SWAPS_HEADER)
+    return 0
+
+
+def _swap_from_fstab(root: Path) -> str:
+    fstab = root / "etc" / "fstab"
+    entries = [line.split()[0] for line in (fstab.read_text().splitlines() if fstab.exists() else [])
+               if len(line.split()) >= 3 and line.split()[2] == "swap" and not line.lstrip().startswith("#")]
+    return SWAPS_HEADER + "".join(f"{entry:<40}file\t\t8388604\t\t0\t\t-2\n" for entry in entries)
+
+
 def reboot(root: Path, args: list[str]) -> int:
     """``reboot`` / ``shutdown -r``: the host comes back with only what was made persistent."""
     state = load_state(root)
@@ -274,6 +291,8 @@ def reboot(root: Path, args: list[str]) -> int:
     for service in state.get("services", {}).values():
         service["active"] = bool(service.get("enabled"))
     _restore_firmware_acs(root, state)
+    replace_file(root / "proc" / "swaps", _swap_from_fstab(root))
+    replace_file(root / "proc" / "sys" / "kernel" / "numa_balancing", _sysctl_numa(root))
     persistent = []
     for path in sorted((root / "etc" / "modules-load.d").glob("*.conf")):
         persistent += [line.strip() for line in path.read_text().splitlines()
@@ -294,6 +313,17 @@ def reboot(root: Path, args: list[str]) -> int:
         _run_unit(root, unit)
     print("Rebooting.", file=sys.stderr)
     return 0
+
+
+def _sysctl_numa(root: Path) -> str:
+    """What systemd-sysctl leaves in kernel.numa_balancing at boot: the last sysctl.d setting, else 1."""
+    value = "1"
+    for path in sorted((root / "etc" / "sysctl.d").glob("*.conf")) if (root / "etc" / "sysctl.d").exists() else []:
+        for line in path.read_text().splitlines():
+            key, _, setting = line.partition("=")
+            if key.strip() == "kernel.numa_balancing":
+                value = setting.strip()
+    return value + "\n"
 
 
 def _restore_firmware_acs(root: Path, state: dict) -> None:

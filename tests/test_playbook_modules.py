@@ -1,0 +1,49 @@
+"""The custom Ansible modules' decisions, as pure functions, on real-format inputs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.simhelpers import SimHost, bring_up
+
+sys.path.insert(0, str(ROOT / "playbooks" / "library"))
+
+import host_tuning
+import kernel_module
+import pcie_acs
+import pinned_packages
+
+
+def test_acs_is_found_by_walking_the_extended_capabilities(tmp_path: Path) -> None:
+    state, _ = bring_up(tmp_path, [{"kind": "acs_enabled", "node": "sim01"}])
+    root = str(SimHost(state, "sim01").root)
+    in_scope = pcie_acs.bridges_in_scope(root, "gpu_hca_paths")
+    everything = pcie_acs.bridges_in_scope(root, "all_bridges")
+    assert set(in_scope) < set(everything)
+    assert "0000:04:01.0" not in in_scope  # the NVSwitch root port is on no GPU/HCA path
+    controls = pcie_acs.current_controls(root, in_scope)
+    assert controls and all(control == 0x1D and offset == 0x220 for offset, control in controls.values())
+    assert "0000:16:00.0" in in_scope and "0000:16:00.0" not in controls  # switch upstream port: no ACS
+
+
+def test_package_pins_match_debian_revisions() -> None:
+    assert pinned_packages.matches("535.183.01-1", "535.183.01")
+    assert not pinned_packages.matches("535.183.011-1", "535.183.01")
+    assert pinned_packages.matches("5.15.0-112.122", "*") and not pinned_packages.matches(None, "*")
+    current = pinned_packages.parse_query("nvidia-driver-550\t550.54.15-1\thi \ndoca-ofed\t2.9.1-1\tii \n")
+    assert current == {"nvidia-driver-550": ("550.54.15-1", True), "doca-ofed": ("2.9.1-1", False)}
+    install, hold = pinned_packages.plan(current, {"nvidia-driver-535": "535.183.01", "doca-ofed": "2.9.1"},
+                                         hold=True, reinstall=False)
+    assert install == ["nvidia-driver-535"] and hold == ["nvidia-driver-535", "doca-ofed"]
+
+
+def test_tuning_helpers() -> None:
+    fstab = "/dev/sda1 / ext4 defaults 0 1\n/swap.img none swap sw 0 0\n# /old none swap sw 0 0\n"
+    rewritten = host_tuning.fstab_without_swap(fstab)
+    assert rewritten.count("# disabled by provision") == 1 and host_tuning.fstab_without_swap(rewritten) == rewritten
+    swaps = "Filename\tType\tSize\tUsed\tPriority\n/swap.img file 8388604 0 -2\n"
+    assert host_tuning.active_swaps(swaps) == ["/swap.img"]
+    assert kernel_module.loaded_modules("nvidia_peermem 16384 0 - Live 0x0\nnvidia 1 1 x, Live 0x0\n") == {
+        "nvidia_peermem", "nvidia"}

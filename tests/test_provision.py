@@ -1,0 +1,101 @@
+"""Provisioning end to end on the simulated cluster: real ansible-runner runs of the real playbooks.
+
+Four hosts, each delivered wrong in a different way. Budget: Ansible costs ~0.15 s per module call per host on
+this machine, so one apply is ~30 s; the test reuses one cluster for every assertion.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from provision.facts.lspci import parse_lspci_verbose
+from provision.facts.nvidia_smi import parse_query_csv
+from provision.facts.packages import parse_dpkg_status, parse_proc_modules
+from tests.conftest import ROOT, run_cli
+from tests.simhelpers import SimHost, write_spec
+
+FAULTS = [{"kind": "acs_enabled", "node": "sim01"}, {"kind": "wrong_driver", "node": "sim02"},
+          {"kind": "peermem_missing", "node": "sim03"}, {"kind": "peermem_unregistered", "node": "sim04"}]
+
+
+@pytest.fixture(scope="module")
+def provisioned(tmp_path_factory) -> tuple[Path, Path, dict]:
+    directory = tmp_path_factory.mktemp("provision")
+    spec = write_spec(directory, FAULTS, hosts="sim[01-04]")
+    result = run_cli("apply", "--json", str(spec), timeout=600)
+    assert result.returncode == 1, result.stderr  # sim04 cannot be fixed
+    return spec, directory / ".provision" / "sim16", json.loads(result.stdout)
+
+
+def test_hosts_that_can_be_fixed_are_converged_and_the_other_is_reported(provisioned) -> None:
+    spec, _state, applied = provisioned
+    assert applied["quarantined"] == ["sim04"]
+    status = json.loads(run_cli("status", "--json", str(spec)).stdout)
+    states = {node["name"]: (node["state"], node["stage"], node["reason"]) for node in status["nodes"]}
+    assert {name: value[0] for name, value in states.items()} == {
+        "sim01": "provisioned", "sim02": "provisioned", "sim03": "provisioned", "sim04": "quarantined"}
+    assert states["sim04"][1] == "provision"
+    assert "Load, persist and verify nvidia-peermem" in states["sim04"][2]
+    assert "loaded but not registered" in states["sim04"][2]
+
+
+def test_converged_hosts_are_what_the_spec_says(provisioned) -> None:
+    _spec, state, _applied = provisioned
+    for name in ("sim01", "sim02", "sim03"):
+        host = SimHost(state, name)
+        devices = parse_lspci_verbose(host.run("lspci", "-vvv").stdout)
+        assert not [d.address for d in devices if d.acs_redirects and d.address != "0000:04:01.0"]
+        rows = parse_query_csv(host.run("nvidia-smi", "--query-gpu=driver_version", "--format=csv").stdout)
+        assert {row["driver_version"] for row in rows} == {"535.183.01"} and len(rows) == 8
+        packages = parse_dpkg_status((host.root / "var/lib/dpkg/status").read_text())
+        assert packages["nvidia-driver-535"].held and packages["doca-ofed"].held
+        assert "nvidia-driver-550" not in packages
+        assert (host.root / "sys/kernel/mm/memory_peers/nv_mem/version").exists()
+        assert (host.root / "etc/modules-load.d/nvidia-peermem.conf").read_text() == "nvidia-peermem\n"
+        assert (host.root / "proc/sys/kernel/numa_balancing").read_text().strip() == "0"
+        assert host.run("systemctl", "is-enabled", "provision-acs").stdout.strip() == "enabled"
+
+
+def test_settings_survive_a_reboot(provisioned) -> None:
+    _spec, state, _applied = provisioned
+    host = SimHost(state, "sim01")
+    host.run("reboot")  # firmware turns ACS back on; the boot unit must clear it again
+    devices = parse_lspci_verbose(host.run("lspci", "-vvv").stdout)
+    assert not [d.address for d in devices if d.acs_redirects and d.address != "0000:04:01.0"]
+    assert "nvidia_peermem" in parse_proc_modules((host.root / "proc/modules").read_text())
+    assert (host.root / "sys/kernel/mm/memory_peers/nv_mem/version").exists()
+    assert host.run("cat", str(host.root / "proc/swaps")).stdout.count("\n") == 1  # swap stays off
+    assert (host.root / "proc/sys/kernel/numa_balancing").read_text().strip() == "0"
+
+
+def test_second_apply_changes_nothing_and_plan_shows_only_drift(provisioned) -> None:
+    spec, state, _applied = provisioned
+    again = run_cli("apply", "--json", str(spec), "--limit", "sim[01-03]", timeout=600)
+    assert again.returncode == 0, again.stderr
+    record = Path(json.loads(again.stdout)["run_dir"]) / "provision.json"
+    assert [host["changed"] for host in json.loads(record.read_text())] == [0, 0, 0]
+    clean = run_cli("plan", str(spec), "--limit", "sim[01-03]", timeout=600)
+    assert clean.stdout.strip() == "No changes: sim16 (4 nodes) matches the spec.", clean.stdout
+    SimHost(state, "sim02").run("setpci", "-s", "0000:37:01.0", "ECAP_ACS+0x6.w=001d")  # someone re-enabled ACS
+    drift = run_cli("plan", "--json", str(spec), "--limit", "sim[01-03]", timeout=600)
+    provision = next(phase for phase in json.loads(drift.stdout)["phases"] if phase["phase"] == "provision")
+    assert list(provision["changes"]) == ["sim02"]
+    assert [change["task"] for change in provision["changes"]["sim02"]] == [
+        "Clear ACS on the bridges in scope and read it back"]
+    assert "0000:37:01.0 ACSCtl=001d" in provision["changes"]["sim02"][0]["diff"]
+
+
+def test_playbooks_pass_syntax_check_and_lint() -> None:
+    import subprocess
+    import sys
+
+    bin_dir = Path(sys.executable).parent
+    syntax = subprocess.run([str(bin_dir / "ansible-playbook"), "--syntax-check", "-i", "localhost,", "site.yml"],
+                            cwd=ROOT / "playbooks", capture_output=True, text=True, timeout=120)
+    assert syntax.returncode == 0, syntax.stdout + syntax.stderr
+    lint = subprocess.run([str(bin_dir / "ansible-lint"), "--offline", "--profile", "production", "site.yml"],
+                          cwd=ROOT / "playbooks", capture_output=True, text=True, timeout=300)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
