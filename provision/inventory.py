@@ -41,17 +41,12 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
         "gpu_driver_nvswitch": profile.nvlink.nvswitch,
         "provision_scalable_unit": node.scalable_unit,
     }
-    if spec.simulation is not None:
-        paths = sim_cluster.node_paths(state_dir, node.name)
-        variables.update(
-            ansible_connection="local",
-            ansible_python_interpreter=sys.executable,
-            hw_root=str(paths.root),
-            provision_reboot_via="command",
-            provision_environment={"PATH": f"{paths.bin}{os.pathsep}{os.environ.get('PATH', '')}"},
-        )
+    connection = spec.connection
+    if connection.transport == "local":
+        # the reboot module refuses a local connection (it would reboot the controller): reboot by command
+        variables.update(ansible_connection="local", ansible_python_interpreter=sys.executable,
+                         provision_reboot_via="command")
     else:
-        connection = spec.connection
         variables.update(ansible_host=node.address, ansible_connection="ssh", ansible_user=connection.user,
                          ansible_port=connection.port, ansible_become=connection.become)
         options = ["-o StrictHostKeyChecking=yes"]
@@ -62,6 +57,14 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
         variables["ansible_ssh_common_args"] = " ".join(options)
         if connection.key_file:
             variables["ansible_ssh_private_key_file"] = str(connection.key_file)
+    if spec.simulation is not None:
+        paths = sim_cluster.node_paths(state_dir, node.name)
+        variables.update(
+            hw_root=str(paths.root),
+            provision_environment={"PATH": f"{paths.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"},
+            # by absolute path: a simulated host's reboot must never reach this machine's own shutdown
+            gpu_driver_reboot_command=f'{paths.bin}/shutdown -r now "provision: reboot into the pinned driver"',
+        )
     return variables
 
 

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -201,14 +200,23 @@ def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, l
 
 def _write_bin_template(directory: Path) -> Path:
     """One script per tool, shared by every host through hard links: each finds its host's root
-    next to its own ``bin/`` (``${0%/*}/../root``), so no script needs to name its host."""
+    next to its own ``bin/`` (``${0%/*}/../root``), so no script needs to name its host.
+
+    The stand-ins need only the standard library, so when the controller's interpreter is not executable by
+    the user running the tool (a test user logged in over SSH), the system ``python3`` runs them.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    python = sys.executable
+    source = Path(__file__).resolve().parent.parent.parent
     for tool in (*TOOLS, *GUARDED):
         script = directory / tool
-        script.write_text(f'#!/bin/sh\nexec "{python}" -m provision.sim.tools --root "${{0%/*}}/../root" '
-                          f'{tool} "$@"\n')
-        script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        script.write_text(
+            "#!/bin/sh\n"
+            f'PYTHONPATH="{source}${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH\n'
+            f'python="{sys.executable}"\n'
+            '[ -x "$python" ] || python=python3\n'
+            f'exec "$python" -m provision.sim.tools --root "${{0%/*}}/../root" {tool} "$@"\n'
+        )
+        script.chmod(0o755)
     return directory
 
 

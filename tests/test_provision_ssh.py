@@ -1,0 +1,145 @@
+"""Provisioning over real SSH: one OpenSSH sshd per simulated host on loopback, a dedicated test user.
+
+Host keys are generated and written to a generated known_hosts; host key checking stays on. The driver swap on
+sim02 exercises Ansible's reboot module over SSH (the host's `shutdown` stand-in reboots the simulated host and
+sshd stays up, as a real host's would come back).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provision.facts.lspci import parse_lspci_verbose
+from provision.facts.nvidia_smi import parse_query_csv
+from tests.conftest import EXAMPLES, run_cli
+from tests.simhelpers import SimHost
+
+USER = "provision-test"
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SSHD),
+                                reason="needs root and OpenSSH's sshd (make test installs openssh-server)")
+
+
+def _run(*command: str) -> str:
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=60).stdout
+
+
+def _ensure_user() -> None:
+    if subprocess.run(["id", USER], capture_output=True).returncode != 0:
+        _run("useradd", "-m", "-s", "/bin/sh", USER)
+        _run("usermod", "-p", "*", USER)  # locked for passwords, but key logins work with UsePAM no
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+def _wait_listening(address: str, port: int, deadline_s: float = 10.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex((address, port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"sshd did not listen on {address}:{port}")
+
+
+@pytest.fixture(scope="module")
+def ssh_cluster():
+    _ensure_user()
+    os.makedirs("/run/sshd", exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="provision-ssh-", dir="/tmp"))
+    work.chmod(0o755)
+    _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "client"))
+    authorized = work / "authorized_keys"
+    authorized.write_text((work / "client.pub").read_text())
+    authorized.chmod(0o644)
+    addresses = {"sim01": "127.0.0.11", "sim02": "127.0.0.12"}
+    port = _free_port("127.0.0.11")
+    daemons, known = [], []
+    try:
+        for host, address in addresses.items():
+            key = work / f"host_{host}"
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+            config = work / f"sshd_{host}"
+            config.write_text("\n".join([
+                f"ListenAddress {address}:{port}", f"HostKey {key}", f"AuthorizedKeysFile {authorized}",
+                "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
+                "PidFile none", "MaxStartups 100:30:200", f"AllowUsers {USER}", "LogLevel ERROR"]) + "\n")
+            daemons.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.PIPE))
+            _wait_listening(address, port)
+            known.append(f"[{address}]:{port} {(work / f'host_{host}.pub').read_text().split(' ')[0]} "
+                         f"{(work / f'host_{host}.pub').read_text().split(' ')[1]}")
+        (work / "known_hosts").write_text("\n".join(known) + "\n")
+        data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
+        data["nodes"]["groups"][0]["hosts"] = "sim[01-02]"
+        data["connection"] = {"transport": "ssh", "user": USER, "port": port, "key_file": str(work / "client"),
+                              "known_hosts": str(work / "known_hosts"), "become": False, "forks": 2,
+                              "timeout_s": 20}
+        data["simulation"] = {"seed": 5, "faults": [{"kind": "acs_enabled", "node": "sim01"},
+                                                    {"kind": "wrong_driver", "node": "sim02"}]}
+        spec = work / "spec.yaml"
+        spec.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert run_cli("apply", str(spec), "--phases", "simulate").returncode == 0
+        state = work / ".provision" / "sim16"
+        for directory in (work / ".provision", state):
+            directory.chmod(0o755)
+        for host in addresses:  # build the hosts, then hand them to the login user, who changes them
+            SimHost(state, host)
+        _run("chown", "-R", f"{USER}:{USER}", str(state / "sim"))
+        yield spec, state
+    finally:
+        for daemon in daemons:
+            daemon.terminate()
+            daemon.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_apply_over_ssh_converges_the_hosts(ssh_cluster) -> None:
+    spec, state = ssh_cluster
+    result = run_cli("apply", "--json", str(spec), timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = Path(json.loads(result.stdout)["run_dir"])
+    inventory = yaml.safe_load((record / "inventory.yml").read_text().split("\n", 1)[1])
+    host = inventory["all"]["hosts"]["sim01"]
+    assert host["ansible_connection"] == "ssh" and host["ansible_user"] == USER
+    assert "StrictHostKeyChecking=yes" in host["ansible_ssh_common_args"]
+    assert "StrictHostKeyChecking=no" not in (record / "inventory.yml").read_text()
+    outcomes = {row["host"]: row for row in json.loads((record / "provision.json").read_text())}
+    assert all(row["failed_task"] is None for row in outcomes.values())
+    assert any(change["task"] == "Reboot into the pinned driver (over SSH)" for change in outcomes["sim02"]["changes"])
+    sim01, sim02 = SimHost(state, "sim01"), SimHost(state, "sim02")
+    assert not [d for d in parse_lspci_verbose(sim01.run("lspci", "-vvv").stdout)
+                if d.acs_redirects and d.address != "0000:04:01.0"]
+    drivers = parse_query_csv(sim02.run("nvidia-smi", "--query-gpu=driver_version", "--format=csv").stdout)
+    assert {row["driver_version"] for row in drivers} == {"535.183.01"}
+
+
+def test_an_unreachable_host_is_reported_and_the_others_carry_on(ssh_cluster, tmp_path: Path) -> None:
+    spec, _state = ssh_cluster
+    data = yaml.safe_load(spec.read_text())
+    data["nodes"]["groups"][0]["hosts"] = "sim[01-03]"  # sim03 (127.0.0.13) has no sshd
+    moved = spec.parent / "spec-unreachable.yaml"
+    moved.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run_cli("apply", "--json", str(moved), "--state-dir", str(spec.parent / ".provision" / "sim16"),
+                     "--phases", "register,provision", timeout=600)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert json.loads(result.stdout)["quarantined"] == ["sim03"]
+    status = json.loads(run_cli("status", "--json", "--state-dir", str(spec.parent / ".provision" / "sim16")).stdout)
+    reasons = {node["name"]: node["reason"] for node in status["nodes"]}
+    assert reasons["sim03"].startswith("unreachable:")
+    assert {node["name"]: node["state"] for node in status["nodes"]}["sim01"] == "provisioned"
