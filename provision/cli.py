@@ -30,6 +30,7 @@ from provision.fabric import (
     problem_places,
 )
 from provision.runs import RunRecord
+from provision.secrets import SecretUnavailable
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec, SpecError, load_spec
 from provision.spec.thresholds import effective_thresholds
@@ -531,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         for issue in error.issues:
             err.print(str(issue), markup=False)
         return EXIT_USAGE
-    except (pipeline.UsageProblem, LockHeld, StoreError, sim_cluster.SimError, IdentityError) as error:
+    except (pipeline.UsageProblem, LockHeld, StoreError, sim_cluster.SimError, IdentityError,
+            SecretUnavailable) as error:
         err.print(f"provision: {error}", markup=False)
         return EXIT_USAGE
     except click.exceptions.Exit as done:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from provision import ansible, hostlist, inventory
 from provision.runs import RunRecord
+from provision.secrets import resolve as resolve_secret
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
@@ -56,6 +57,7 @@ class PhaseContext:
     targets: list[ResolvedNode]
     advance: Callable[[int], None] = lambda steps: None
     forks: int = 8
+    secrets: dict[str, str] = field(default_factory=dict)  # never logged, stored or written to the run
 
 
 @dataclass
@@ -183,7 +185,7 @@ class ProvisionPhase:
         if not hosts:
             return PhaseReport(self.name, "no host to provision", {})
         path = inventory.write(context.loaded, context.store.state_dir, context.run.path / "inventory.yml")
-        result = ansible.run_playbook(path, hosts, forks=context.forks,
+        result = ansible.run_playbook(path, hosts, forks=context.forks, extravars=context.secrets,
                                       on_task=lambda host, task, outcome: context.run.event(
                                           "task", host=host, task=task, outcome=outcome))
         rows, failed, changed = [], [], []
@@ -268,6 +270,7 @@ def apply(
     """Run the selected phases against the spec under the cluster lock."""
     chosen = select_phases(phases)
     targets = select_targets(loaded, limit)
+    secrets = _secrets_for(loaded, chosen)  # before anything changes: a missing secret is a usage error
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     with ClusterLock(state_dir, "apply", wait_s=wait_lock_s), StateStore(state_dir) as store:
         abandoned = store.close_abandoned_runs()
@@ -287,7 +290,8 @@ def apply(
             for phase in chosen:
                 run.event("phase.started", phase=phase.name)
                 advance = progress(phase.description, len(targets)) if progress else (lambda steps: None)
-                context = PhaseContext(loaded, store, run, targets, advance, forks or loaded.spec.connection.forks)
+                context = PhaseContext(loaded, store, run, targets, advance, forks or loaded.spec.connection.forks,
+                                       secrets)
                 report = phase.run(context)
                 run.event("phase.finished", phase=phase.name, summary=report.summary)
                 reports.append(report)
@@ -307,6 +311,14 @@ def apply(
             store.finish_run(run.id, "failed", 3)
             run.finish("failed", 3)
             raise
+
+
+def _secrets_for(loaded: LoadedSpec, chosen: list[Phase]) -> dict[str, str]:
+    connection = loaded.spec.connection
+    if connection.become_password is None or not any(phase.name == "provision" for phase in chosen):
+        return {}
+    return {"ansible_become_password": resolve_secret(connection.become_password, what="connection.become_password",
+                                                      spec_dir=loaded.path.parent)}
 
 
 def plan(loaded: LoadedSpec, state_dir: Path, *, limit: str | None = None,

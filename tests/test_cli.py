@@ -154,11 +154,18 @@ def test_secrets_from_the_environment_reach_no_file(tmp_path: Path) -> None:
 
     canary = "canary-7f3e9a-never-store-me"
     spec = write_spec(tmp_path, [], hosts="sim[01-02]")  # every phase, the playbooks included
+    spec.write_text(spec.read_text().replace("connection:\n", "connection:\n  become_password: {env: "
+                                                              "PROVISION_BECOME_PASSWORD}\n"))
+    missing = run_cli("apply", str(spec), "--phases", "simulate,register,provision")
+    assert missing.returncode == 2
+    assert "connection.become_password: environment variable PROVISION_BECOME_PASSWORD is not set" in missing.stderr
+    assert not (tmp_path / ".provision").exists(), "a refused apply changes nothing"
     result = run_cli("apply", str(spec), timeout=600, env={
         "PROVISION_BECOME_PASSWORD": canary, "BMC_PASSWORD": canary, "NCCL_IB_TOKEN": canary,
         "NCCL_IB_HCA": "=mlx5_0,mlx5_3"})
     assert result.returncode == 0, result.stderr
     assert "provision: 2 host(s) converged" in result.stdout
+    assert canary not in result.stdout + result.stderr
     state = tmp_path / ".provision"
     files = [path for path in state.rglob("*") if path.is_file() and "/sim/" not in str(path)]
     assert files
