@@ -188,6 +188,10 @@ class ProvisionPhase:
         result = ansible.run_playbook(path, hosts, forks=context.forks, extravars=context.secrets,
                                       on_task=lambda host, task, outcome: context.run.event(
                                           "task", host=host, task=task, outcome=outcome))
+        if result.status in ("canceled", "timeout"):
+            # an interrupted play proves nothing about any host: leave every node as it was
+            context.run.event("phase.provision.interrupted", status=result.status)
+            raise KeyboardInterrupt(f"the playbook run was {result.status}")
         rows, failed, changed = [], [], []
         for host in hosts:
             outcome = result.hosts[host]

@@ -99,3 +99,40 @@ def test_playbooks_pass_syntax_check_and_lint() -> None:
     lint = subprocess.run([str(bin_dir / "ansible-lint"), "--offline", "--profile", "production", "site.yml"],
                           cwd=ROOT / "playbooks", capture_output=True, text=True, timeout=300)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_sigint_mid_run_leaves_consistent_state_and_the_next_apply_continues(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = write_spec(tmp_path, [{"kind": "wrong_driver", "node": "sim02"}], hosts="sim[01-02]")
+    process = subprocess.Popen([sys.executable, "-m", "provision", "apply", str(spec)], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    runs = tmp_path / ".provision" / "sim16" / "runs"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until the playbook is really running tasks
+        events = list(runs.glob("*/events.jsonl"))
+        if events and '"event": "task"' in events[0].read_text():
+            break
+        time.sleep(0.2)
+    else:
+        process.kill()
+        raise AssertionError("the playbook never started")
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does to the foreground process group
+    _out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "interrupted" in err and "run record" in err
+    status = json.loads(run_cli("status", "--json", str(spec)).stdout)
+    assert status["last_run"]["status"] == "interrupted"
+    assert {node["state"] for node in status["nodes"]} == {"new"}, "an interrupted play proves nothing"
+    time.sleep(1)
+    # every process of the run (ansible-playbook, its forks, the module shells) names a path under tmp_path
+    leftovers = subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", f"processes outlived the run:\n{leftovers.stdout}"
+    again = run_cli("apply", "--json", str(spec), timeout=600)
+    assert again.returncode == 0, again.stderr
+    final = json.loads(run_cli("status", "--json", str(spec)).stdout)
+    assert {node["state"] for node in final["nodes"]} == {"provisioned"}
