@@ -178,29 +178,45 @@ def _weakest_same_rail(tree: nx.Graph, leaf: str, leaves: list[str], nodes) -> t
 
 
 def bisection_gbps(fabric: Fabric) -> tuple[float, float]:
-    """(max flow between the first and second half of the hosts, what full bisection needs), in Gb/s."""
+    """(max flow between the first and second half of the hosts, what full bisection needs), in Gb/s.
+
+    Each HCA hangs off one switch by its own cable, so the HCAs fold into their switch: the source feeds every
+    switch with the capacity of its first-half hosts' cables, every switch drains its second-half hosts' cables
+    into the sink. Same cut, a graph of switches only (2,560 nodes instead of 35,000 at 32,768 GPUs).
+    """
+    nodes = fabric.graph.nodes
     hcas = fabric.nodes_of(HCA)
-    hosts = sorted({fabric.graph.nodes[hca]["host"] for hca in hcas}, key=lambda host: hcas.index(
-        next(h for h in hcas if fabric.graph.nodes[h]["host"] == host)))
-    half = set(hosts[: len(hosts) // 2])
-    flow = nx.DiGraph()
-    for a, b, data in fabric.graph.edges(data=True):
-        capacity = _gbps(data["rate"], data["width"])
-        for u, v in ((a, b), (b, a)):
-            flow.add_edge(u, v, capacity=flow[u][v]["capacity"] + capacity if flow.has_edge(u, v) else capacity)
-    needed = 0.0
+    hosts: list[str] = []
     for hca in hcas:
-        side = "source" if fabric.graph.nodes[hca]["host"] in half else "sink"
-        cable_capacity = sum(_gbps(d["rate"], d["width"]) for _a, _b, d in fabric.graph.edges(hca, data=True))
-        if side == "source":
-            flow.add_edge("source", hca, capacity=cable_capacity)
-            needed += cable_capacity
-        else:
-            flow.add_edge(hca, "sink", capacity=cable_capacity)
+        if nodes[hca]["host"] not in hosts:
+            hosts.append(nodes[hca]["host"])
+    half = set(hosts[: len(hosts) // 2])
     if not half or len(half) == len(hosts):
         return 0.0, 0.0
-    value, _flows = nx.maximum_flow(flow, "source", "sink")
+    flow = nx.DiGraph()
+    needed = 0.0
+    for a, b, data in fabric.graph.edges(data=True):
+        capacity = _gbps(data["rate"], data["width"])
+        kinds = (nodes[a]["kind"], nodes[b]["kind"])
+        if HCA in kinds:
+            hca, switch = (a, b) if kinds[0] == HCA else (b, a)
+            if nodes[hca]["host"] in half:
+                _add_capacity(flow, "source", switch, capacity)
+                needed += capacity
+            else:
+                _add_capacity(flow, switch, "sink", capacity)
+            continue
+        _add_capacity(flow, a, b, capacity)
+        _add_capacity(flow, b, a, capacity)
+    value = nx.maximum_flow_value(flow, "source", "sink") if "source" in flow and "sink" in flow else 0.0
     return float(value), needed
+
+
+def _add_capacity(graph: nx.DiGraph, u: str, v: str, capacity: float) -> None:
+    if graph.has_edge(u, v):
+        graph[u][v]["capacity"] += capacity
+    else:
+        graph.add_edge(u, v, capacity=capacity)
 
 
 def bisection(fabric: Fabric) -> list[Violation]:
