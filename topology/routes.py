@@ -33,27 +33,23 @@ def route(fabric: Fabric, source: str, target: str) -> Route | None:
     """Shortest up*/down* route between two nodes, or None when they are not connected that way."""
     graph, nodes = fabric.graph, fabric.graph.nodes
 
-    def rank(node: str) -> int:
-        return TIER_RANK.get(nodes[node].get("kind", ""), 0)
+    def moves(state: tuple[str, bool]):
+        """Legal next states (up to a higher tier, or down; never up again once going down) and cable counts."""
+        node, down = state
+        rank = TIER_RANK.get(nodes[node].get("kind", ""), 0)
+        for peer in graph.neighbors(node):
+            climbing = TIER_RANK.get(nodes[peer].get("kind", ""), 0) > rank
+            if not (down and climbing):
+                yield (peer, down or not climbing), graph.number_of_edges(node, peer)
 
-    # state = (node, going_down); up moves go to a higher tier, down moves to a lower one, never up after down
     start = (source, False)
-    distance = {start: 0}
-    ways = {start: 1}
-    order = [start]
+    distance, ways, order = {start: 0}, {start: 1}, [start]
     queue = deque([start])
     while queue:
         state = queue.popleft()
-        node, down = state
-        for peer in graph.neighbors(node):
-            climbing = rank(peer) > rank(node)
-            if down and climbing:
-                continue
-            following = (peer, down or not climbing)
-            multiplicity = graph.number_of_edges(node, peer)
+        for following, multiplicity in moves(state):
             if following not in distance:
-                distance[following] = distance[state] + 1
-                ways[following] = 0
+                distance[following], ways[following] = distance[state] + 1, 0
                 order.append(following)
                 queue.append(following)
             if distance[following] == distance[state] + 1:
@@ -64,36 +60,25 @@ def route(fabric: Fabric, source: str, target: str) -> Route | None:
     best = min(distance[state] for state in ends)
     finals = [state for state in ends if distance[state] == best]
     total = sum(ways[state] for state in finals)
-    # paths from each state to the target, walking the DAG backwards
-    to_target = {state: 1 for state in finals}
-    for state in reversed(order):
-        if state in to_target and state in finals:
-            continue
-        node, down = state
-        count = 0
-        for peer in graph.neighbors(node):
-            climbing = rank(peer) > rank(node)
-            if down and climbing:
-                continue
-            following = (peer, down or not climbing)
+
+    def onward(state: tuple[str, bool]):
+        """Next states on a shortest path to the target, with their cable counts."""
+        for following, multiplicity in moves(state):
             if distance.get(following) == distance[state] + 1 and following in to_target:
-                count += to_target[following] * graph.number_of_edges(node, peer)
-        if count:
-            to_target[state] = count
+                yield following, multiplicity
+
+    to_target = {state: 1 for state in finals}  # paths from each state to the target, walking the DAG backwards
+    for state in reversed(order):
+        if state not in finals:
+            count = sum(to_target[following] * multiplicity for following, multiplicity in onward(state))
+            if count:
+                to_target[state] = count
     share: dict[frozenset[str], float] = {}
     for state in order:
-        node, down = state
-        if state not in to_target:
-            continue
-        for peer in graph.neighbors(node):
-            climbing = rank(peer) > rank(node)
-            if down and climbing:
-                continue
-            following = (peer, down or not climbing)
-            if distance.get(following) == distance[state] + 1 and following in to_target:
-                flow = ways[state] * graph.number_of_edges(node, peer) * to_target[following] / total
-                key = frozenset((node, peer))
-                share[key] = share.get(key, 0.0) + flow
+        if state in to_target:
+            for following, multiplicity in onward(state):
+                key = frozenset((state[0], following[0]))
+                share[key] = share.get(key, 0.0) + ways[state] * multiplicity * to_target[following] / total
     return Route(best, total, share)
 
 
