@@ -18,22 +18,16 @@ import subprocess
 import sys
 import time
 
-from topology.audit import Link, compare, discovered_links
+from provision.fabric import design_endpoint, design_links
+from topology.audit import compare, discovered_links
 from topology.design import FabricParameters, dimension
 from topology.fattree import HostRails, build_design
 from topology.ibnetdiscover import parse
-from topology.model import HCA, Cable, Fabric
+from topology.model import Cable, Fabric
 from topology.rules import bisection, disjoint_paths, even_uplinks, no_leaf_to_leaf, non_blocking, rail_alignment
 from topology.writer import write_ibnetdiscover
 
 MAX_EXACT_SWITCHES = 400
-
-
-def endpoint(fabric: Fabric, node: str, port: int) -> tuple[str, str]:
-    data = fabric.graph.nodes[node]
-    if data["kind"] == HCA:
-        return data["host"].lower(), f"{data['host']} {data['hca']}".lower()
-    return node.lower(), str(port)
 
 
 def inject(fabric: Fabric, rng: random.Random) -> set[frozenset]:
@@ -74,9 +68,7 @@ def measure(gpus: int) -> dict[str, object]:
     discovery = parse(dump)
     timings["parse"] = time.perf_counter() - step
     step = time.perf_counter()
-    design_links = [Link(endpoint(design, c.a[0], c.a[1]), endpoint(design, c.b[0], c.b[1]), c.rate, c.width)
-                    for c in design.cables()]
-    findings = compare(design_links, discovered_links(discovery))
+    findings = compare(design_links(design), discovered_links(discovery))
     timings["compare"] = time.perf_counter() - step
     rules = {"rail_alignment": rail_alignment, "no_leaf_to_leaf": no_leaf_to_leaf, "even_uplinks": even_uplinks,
              "non_blocking": non_blocking, "bisection": bisection}
@@ -89,7 +81,7 @@ def measure(gpus: int) -> dict[str, object]:
         timings[f"rule_{name}"] = time.perf_counter() - step
     total = time.perf_counter() - started
 
-    expected = {frozenset(endpoint(as_built, *end) for end in ends) for ends in touched}
+    expected = {frozenset(design_endpoint(as_built, *end) for end in ends) for ends in touched}
     reported = {frozenset(f.expected) for f in findings if f.expected} | {frozenset(f.actual) for f in findings
                                                                           if f.category == "extra"}
     crossed = {frozenset(f.actual) for f in findings if f.category == "miswired"}

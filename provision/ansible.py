@@ -74,7 +74,7 @@ def run_playbook(inventory: Path, hosts: list[str], *, forks: int, check: bool =
                 outcome.changed += 1
                 outcome.changes.append({"task": task, "diff": _diff_text(result), "changes": result.get("changes")})
             on_task(host, task, "changed" if result.get("changed") else "ok")
-        elif kind == "runner_on_failed" and not data.get("ignore_errors") and not _rescued(event):
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             outcome.failed_task, outcome.message = task, _message(result)
             on_task(host, task, "failed")
         elif kind == "runner_on_unreachable":
@@ -124,10 +124,6 @@ def _diff_text(result: dict[str, Any]) -> str:
                                                                    lineterm="", n=0)
                              if not line.startswith(("---", "+++", "@@")))
     return "\n".join(parts)
-
-
-def _rescued(event: dict[str, Any]) -> bool:
-    return bool(event.get("event_data", {}).get("rescued"))
 
 
 def _rescue_bookkeeping(runner: Any, outcomes: dict[str, HostOutcome]) -> None:

@@ -448,8 +448,8 @@ def topology_draw(spec: Path, observed: Path | None, output: Path, state_dir: Pa
     bundles: dict[tuple[str, str], int] = {}
     title = f"{loaded.spec.cluster.name}: {design.graph.number_of_edges():,} cables (design)"
     if observed is not None:
-        report = audit_against_spec(loaded, _read_dump(observed))
-        boxes, bundles = problem_places(loaded, report.findings)
+        report = audit_against_spec(loaded, _read_dump(observed), design)
+        boxes, bundles = problem_places(design, report.findings)
         title = f"{loaded.spec.cluster.name}: {len(report.findings)} problem cable(s) in {observed.name}"
     output.write_text(export.draw_svg(design, title=title, problems=boxes, bundle_problems=bundles))
     out.print(f"wrote {output}", markup=False)

@@ -71,14 +71,18 @@ def check_identities(design: Fabric, discovery: Discovery) -> None:
         claimed[endpoint] = node
 
 
-def audit_against_spec(loaded: LoadedSpec, discovery: Discovery) -> AuditReport:
-    design = design_fabric(loaded)
+def design_links(design: Fabric) -> list[Link]:
+    """The design's cables named the way dumps and plans name them."""
+    return [Link(design_endpoint(design, cable.a[0], cable.a[1]), design_endpoint(design, cable.b[0], cable.b[1]),
+                 cable.rate, cable.width) for cable in design.cables()]
+
+
+def audit_against_spec(loaded: LoadedSpec, discovery: Discovery, design: Fabric | None = None) -> AuditReport:
+    """``design``: the spec's design when the caller already built it."""
+    design = design or design_fabric(loaded)
     check_identities(design, discovery)
-    design_links = [Link(design_endpoint(design, cable.a[0], cable.a[1]),
-                         design_endpoint(design, cable.b[0], cable.b[1]), cable.rate, cable.width)
-                    for cable in design.cables()]
     observed = discovered_links(discovery)
-    findings = compare(design_links, observed, down_endpoints(discovery))
+    findings = compare(design_links(design), observed, down_endpoints(discovery))
     as_built = _as_built_fabric(design, observed)
     violations = check_all(as_built, oversubscription=loaded.spec.fabric.oversubscription_ratio,
                            designed_uplinks=loaded.fabric.leaf_uplinks if loaded.fabric else None)
@@ -86,15 +90,9 @@ def audit_against_spec(loaded: LoadedSpec, discovery: Discovery) -> AuditReport:
     return AuditReport(findings, violations)
 
 
-def design_links_of(loaded: LoadedSpec) -> list[Link]:
-    design = design_fabric(loaded)
-    return [Link(design_endpoint(design, cable.a[0], cable.a[1]), design_endpoint(design, cable.b[0], cable.b[1]),
-                 cable.rate, cable.width) for cable in design.cables()]
-
-
 def audit_change(loaded: LoadedSpec | None, plans: list[PlannedCable], before: Discovery,
                  after: Discovery) -> ChangeReport:
-    design = design_links_of(loaded) if loaded is not None else [Link(cable.a, cable.b) for cable in plans]
+    design = design_links(design_fabric(loaded)) if loaded is not None else [Link(c.a, c.b) for c in plans]
     return compare_change(design, discovered_links(before), discovered_links(after),
                           down_before=down_endpoints(before), down_after=down_endpoints(after))
 
@@ -148,9 +146,8 @@ def _attach_rules(findings: list[Finding], violations: dict[str, list[Violation]
                                 for rule in by_port.get(end, set()) | by_switch.get(end[0], set())})
 
 
-def problem_places(loaded: LoadedSpec, findings: list[Finding]) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+def problem_places(design: Fabric, findings: list[Finding]) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
     """Where the picture should show each problem cable: on its SU (host cables) or on its bundle."""
-    design = design_fabric(loaded)
     nodes = design.graph.nodes
     by_endpoint: dict[Endpoint, str] = {}
     for node, data in nodes(data=True):
