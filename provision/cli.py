@@ -35,6 +35,7 @@ from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec, SpecError, load_spec
 from provision.spec.thresholds import effective_thresholds
 from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError
+from provision.state.lifecycle import TransitionError
 from topology import cabling, export, ibnetdiscover, rules
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -199,6 +200,62 @@ def apply(spec: Path, state_dir: Path | None, limit: str | None, phases: str | N
 
 
 @cli.command()
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@state_dir_option
+@click.option("--limit", metavar="HOSTLIST", help="Only these hosts (Slurm hostlist syntax).")
+@click.option("--wait-lock", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
+              help="Wait this long for another mutating command to finish instead of failing at once.")
+@forks_option
+@json_option
+def burnin(spec: Path, state_dir: Path | None, limit: str | None, wait_lock: float, forks: int | None,
+           as_json: bool) -> int:
+    """Run the burn-in stages alone on provisioned nodes; admit or quarantine each (resumes an interrupted one)."""
+    loaded = load_spec(spec)
+    target = _state_dir(loaded, state_dir)
+
+    def remember(run: RunRecord) -> None:
+        _Session.run = run
+
+    phases = "simulate,register,burnin" if loaded.spec.simulation is not None else "register,burnin"
+    show_progress = not as_json and out.is_terminal
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not show_progress) as bars:
+        def progress(description: str, total: int):
+            task = bars.add_task(description, total=total)
+            return lambda steps: bars.advance(task, steps)
+
+        result = pipeline.apply(loaded, target, argv=sys.argv[1:], limit=limit, phases=phases,
+                                wait_lock_s=wait_lock, on_run_created=remember, progress=progress, forks=forks,
+                                command="burnin")
+    report = next(report for report in result.reports if report.name == "burnin") if any(
+        report.name == "burnin" for report in result.reports) else None
+    with StateStore(target) as store:
+        names = {node.name for node in result.targets}
+        nodes = [record for record in store.nodes() if record.name in names]
+        if as_json:
+            _emit_json({"run_id": result.run.id, "run_dir": str(result.run.path), "exit_code": result.exit_code,
+                        "summary": report.summary if report else "", "stopped": result.stopped,
+                        "nodes": [{"node": record.name, "state": str(record.state), "stage": record.stage,
+                                   "check": _quarantine_check(store, record.name)
+                                   if record.state is NodeState.QUARANTINED else None,
+                                   "reason": record.reason} for record in nodes]})
+            return result.exit_code
+        if report:
+            out.print(f"[bold]burnin[/]: {report.summary}")
+        out.print(f"run {result.run.id}: record in {result.run.path}")
+        _print_status(loaded.spec.cluster.name, store)
+    return result.exit_code
+
+
+def _quarantine_check(store: StateStore, name: str) -> str | None:
+    """The check named in the node's latest quarantine evidence."""
+    for row in reversed(store.history(name)):
+        if row["to_state"] == NodeState.QUARANTINED.value:
+            return row["evidence"].get("check") or row["evidence"].get("failed_task")
+    return None
+
+
+@cli.command()
 @click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @state_dir_option
 @json_option
@@ -246,6 +303,66 @@ def _print_status(cluster: str, store: StateStore) -> None:
         for record in held:
             reasons.add_row(record.name, record.stage or "", record.reason, record.updated_at)
         out.print(reasons)
+
+
+def _operator_move(target_state: NodeState, hosts: str, reason: str, spec: Path | None,
+                   state_dir: Path | None) -> int:
+    """An operator's move of nodes, under the cluster lock, with a run record and one history row each."""
+    if spec is not None:
+        directory = _state_dir(load_spec(spec), state_dir)
+    else:
+        directory = state_dir or pipeline.find_state_dir(Path.cwd())
+    if StateStore.open_readonly(directory) is None:
+        raise pipeline.UsageProblem(f"no state store in {directory}: run `provision apply` first")
+    try:
+        names = hostlist.expand(hosts)
+    except hostlist.HostlistError as error:
+        raise click.UsageError(str(error)) from None
+    command = target_state.value if target_state is not NodeState.ADMITTED else "admit"
+    with ClusterLock(directory, command), StateStore(directory) as store:
+        unknown = [name for name in names if store.node(name) is None]
+        if unknown:
+            raise pipeline.UsageProblem(f"not in the state store: {hostlist.compress(unknown)}")
+        run = RunRecord(directory / "runs", command, sys.argv[1:])
+        _Session.run = run
+        run.note("operator_move", {"to": target_state.value, "hosts": names, "reason": reason})
+        store.start_run(run.id, command, run.path, spec.resolve() if spec else directory, "")
+        try:
+            with store.transaction():  # all or nothing: a refused move leaves every node as it was
+                for name in names:
+                    record = store.node(name)
+                    assert record is not None
+                    store.transition(name, target_state, run_id=run.id, reason=reason, by_operator=True,
+                                     stage=record.stage if target_state is NodeState.QUARANTINED else None,
+                                     evidence={"operator": True})
+        except Exception:
+            store.finish_run(run.id, "failed", EXIT_USAGE)
+            run.finish("failed", EXIT_USAGE)
+            raise
+        store.finish_run(run.id, "succeeded", EXIT_OK)
+        run.finish("succeeded", EXIT_OK)
+    out.print(f"{target_state.value}: {hostlist.compress(names)} ({reason})", markup=False)
+    return EXIT_OK
+
+
+def _operator_command(target_state: NodeState, help_text: str):
+    @click.argument("hosts", metavar="HOSTLIST")
+    @click.option("--reason", required=True, help="Why; kept in the node's history.")
+    @click.option("--spec", type=click.Path(path_type=Path, dir_okay=False), help="The cluster's spec file.")
+    @state_dir_option
+    def command(hosts: str, reason: str, spec: Path | None, state_dir: Path | None) -> int:
+        if not reason.strip():
+            raise click.UsageError("--reason must say why")
+        return _operator_move(target_state, hosts, reason, spec, state_dir)
+
+    command.__doc__ = help_text
+    return command
+
+
+cli.command(name="admit")(_operator_command(NodeState.ADMITTED, "Admit nodes by hand (an operator's decision)."))
+cli.command(name="quarantine")(_operator_command(NodeState.QUARANTINED, "Take nodes out of service for repair."))
+cli.command(name="drain")(_operator_command(
+    NodeState.DRAINED, "Set nodes aside; the pipeline leaves them alone until an operator moves them."))
 
 
 @cli.group()
@@ -533,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
             err.print(str(issue), markup=False)
         return EXIT_USAGE
     except (pipeline.UsageProblem, LockHeld, StoreError, sim_cluster.SimError, IdentityError,
-            SecretUnavailable) as error:
+            SecretUnavailable, TransitionError) as error:
         err.print(f"provision: {error}", markup=False)
         return EXIT_USAGE
     except click.exceptions.Exit as done:

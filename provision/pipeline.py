@@ -2,9 +2,9 @@
 
 Each phase can say what it *would* do (``plan``, read-only) and do it (``run``),
 recording per-host results in the state store and events in the run directory.
-This release has one phase, ``register``, which brings the store's node table
-in line with the spec; provisioning and burn-in join the list as they land, and
-nothing that is not implemented is listed or pretended.
+The phases: ``simulate`` (only with a ``simulation:`` section), ``register``
+(the store's node table in line with the spec), ``provision`` (the playbooks)
+and ``burnin`` (the staged burn-in that admits or quarantines each node).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from provision import ansible, hostlist, inventory
+from provision.burnin.phase import BurninPhase, SystemicFailure
 from provision.runs import RunRecord
 from provision.secrets import resolve as resolve_secret
 from provision.sim import cluster as sim_cluster
@@ -218,7 +219,7 @@ class ProvisionPhase:
         return PhaseReport(self.name, summary, {"failed": failed, "changed": changed})
 
 
-PHASES: tuple[Phase, ...] = (SimulatePhase(), RegisterPhase(), ProvisionPhase())
+PHASES: tuple[Phase, ...] = (SimulatePhase(), RegisterPhase(), ProvisionPhase(), BurninPhase())
 
 
 def select_phases(names: str | None) -> list[Phase]:
@@ -253,10 +254,11 @@ class ApplyResult:
     reports: list[PhaseReport]
     targets: list[ResolvedNode]
     quarantined: list[str]
+    stopped: str = ""  # why a phase stopped the run early (a systemic burn-in failure)
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.quarantined else 0
+        return 1 if self.quarantined or self.stopped else 0
 
 
 def apply(
@@ -270,15 +272,16 @@ def apply(
     on_run_created: Callable[[RunRecord], None] = lambda run: None,
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
     forks: int | None = None,
+    command: str = "apply",
 ) -> ApplyResult:
-    """Run the selected phases against the spec under the cluster lock."""
+    """Run the selected phases against the spec under the cluster lock (``command`` names the run)."""
     chosen = select_phases(phases)
     targets = select_targets(loaded, limit)
     secrets = _secrets_for(loaded, chosen)  # before anything changes: a missing secret is a usage error
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with ClusterLock(state_dir, "apply", wait_s=wait_lock_s), StateStore(state_dir) as store:
+    with ClusterLock(state_dir, command, wait_s=wait_lock_s), StateStore(state_dir) as store:
         abandoned = store.close_abandoned_runs()
-        run = RunRecord(state_dir / "runs", "apply", argv)
+        run = RunRecord(state_dir / "runs", command, argv)
         on_run_created(run)
         seed = random.SystemRandom().randrange(2**31)
         sim_seed = loaded.spec.simulation.seed if loaded.spec.simulation else None
@@ -288,21 +291,27 @@ def apply(
         run.note("phases", [phase.name for phase in chosen])
         if abandoned:
             run.event("runs.interrupted_before", run_ids=abandoned)
-        store.start_run(run.id, "apply", run.path, loaded.path.resolve(), loaded.sha256)
+        store.start_run(run.id, command, run.path, loaded.path.resolve(), loaded.sha256)
         try:
-            reports = []
+            reports, stopped = [], ""
             for phase in chosen:
                 run.event("phase.started", phase=phase.name)
                 advance = progress(phase.description, len(targets)) if progress else (lambda steps: None)
                 context = PhaseContext(loaded, store, run, targets, advance, forks or loaded.spec.connection.forks,
                                        secrets)
-                report = phase.run(context)
+                try:
+                    report = phase.run(context)
+                except SystemicFailure as failure:
+                    stopped = str(failure)
+                    reports.append(PhaseReport(phase.name, f"stopped: {failure}", {"stopped": True}))
+                    run.event("phase.stopped", phase=phase.name, reason=stopped)
+                    break
                 run.event("phase.finished", phase=phase.name, summary=report.summary)
                 reports.append(report)
             target_names = {node.name for node in targets}
             quarantined = [record.name for record in store.nodes()
                            if record.name in target_names and record.state is NodeState.QUARANTINED]
-            result = ApplyResult(run, reports, targets, quarantined)
+            result = ApplyResult(run, reports, targets, quarantined, stopped)
             status = "problems-found" if result.exit_code else "succeeded"
             store.finish_run(run.id, status, result.exit_code)
             run.finish(status, result.exit_code)

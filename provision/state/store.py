@@ -77,6 +77,25 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX results_run_node ON results(run_id, node);
     """,
+    # 1 -> 2: burn-in campaigns, so an interrupted burn-in continues instead of starting over
+    """
+    CREATE TABLE burnin_campaigns (
+        id          TEXT PRIMARY KEY,
+        stages      TEXT NOT NULL,
+        spec_sha256 TEXT NOT NULL,
+        started_at  TEXT NOT NULL,
+        finished_at TEXT
+    );
+    CREATE TABLE burnin_passes (
+        campaign    TEXT NOT NULL REFERENCES burnin_campaigns(id),
+        node        TEXT NOT NULL,
+        stage       TEXT NOT NULL,
+        run_id      TEXT NOT NULL,
+        detail      TEXT NOT NULL DEFAULT '{}',
+        at          TEXT NOT NULL,
+        PRIMARY KEY (campaign, node, stage)
+    );
+    """,
 )
 
 
@@ -203,6 +222,10 @@ class StateStore:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic unit; inside an open one it joins it, so callers can group several changes."""
+        if self.db.in_transaction:
+            yield self.db
+            return
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
@@ -347,6 +370,45 @@ class StateStore:
     def results(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
         return [{**dict(row), "detail": json.loads(row["detail"])} for row in rows]
+
+
+    # -- burn-in campaigns ------------------------------------------------------------
+
+    def open_campaign(self, run_id: str, stages: Sequence[str], spec_sha256: str) -> tuple[str, bool]:
+        """The unfinished campaign with these stages and this spec (resumed), or a new one."""
+        wanted = json.dumps(list(stages))
+        with self.transaction():
+            row = self.db.execute(
+                "SELECT id FROM burnin_campaigns WHERE finished_at IS NULL AND stages = ? AND spec_sha256 = ? "
+                "ORDER BY started_at DESC LIMIT 1", (wanted, spec_sha256)).fetchone()
+            if row is not None:
+                return row["id"], True
+            self.db.execute("UPDATE burnin_campaigns SET finished_at = ? WHERE finished_at IS NULL", (now(),))
+            self.db.execute("INSERT INTO burnin_campaigns (id, stages, spec_sha256, started_at) VALUES (?, ?, ?, ?)",
+                            (run_id, wanted, spec_sha256, now()))
+        return run_id, False
+
+    def record_pass(self, campaign: str, node: str, stage: str, run_id: str, detail: dict[str, Any]) -> None:
+        with self.transaction():
+            self.db.execute(
+                "INSERT OR REPLACE INTO burnin_passes (campaign, node, stage, run_id, detail, at) "
+                "VALUES (?, ?, ?, ?, ?, ?)", (campaign, node, stage, run_id, json.dumps(detail, sort_keys=True), now()))
+
+    def forget_passes(self, campaign: str, node: str) -> None:
+        """A node that fails, or re-enters, in a campaign keeps none of that campaign's earlier passes."""
+        with self.transaction():
+            self.db.execute("DELETE FROM burnin_passes WHERE campaign = ? AND node = ?", (campaign, node))
+
+    def passes(self, campaign: str) -> dict[str, set[str]]:
+        rows = self.db.execute("SELECT node, stage FROM burnin_passes WHERE campaign = ?", (campaign,)).fetchall()
+        passed: dict[str, set[str]] = {}
+        for row in rows:
+            passed.setdefault(row["node"], set()).add(row["stage"])
+        return passed
+
+    def finish_campaign(self, campaign: str) -> None:
+        with self.transaction():
+            self.db.execute("UPDATE burnin_campaigns SET finished_at = ? WHERE id = ?", (now(), campaign))
 
 
 def _node(row: sqlite3.Row) -> NodeRecord:

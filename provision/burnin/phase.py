@@ -1,0 +1,174 @@
+"""The burn-in phase: the spec's stages in order, cheap to expensive; a node is admitted only after passing all.
+
+Progress lives in the state store as a *campaign*: each stage a node passes is recorded, so a burn-in that is
+interrupted (Ctrl-C, kill -9 of the controller) continues where it stopped when started again with the same
+spec and stages, and a node is admitted only with a pass for every stage in that one campaign. A node that fails
+is quarantined with the stage, the check, the evidence and the remediation, and is skipped by later stages.
+
+A quarantined node re-enters at the stage it failed: after repair it runs preflight again (cheap, and a repair
+touches hardware) and then the stages from the one it failed, the stages in between carried from the campaign
+in which it passed them.
+
+When more than ``admission.max_failure_percent.burnin`` of a stage's nodes fail, the failure looks systemic (a
+threshold, the fabric, the spec) rather than a set of bad nodes: nobody is quarantined for it, the phase stops,
+and the nodes stay in burning-in at that stage for the operator to look at.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from provision import hostlist
+from provision.burnin.node_checks import run_preflight
+from provision.burnin.verdict import NodeVerdict
+from provision.spec import LoadedSpec
+from provision.spec.semantics import ResolvedNode
+from provision.state import NodeState, StateStore
+
+StageRunner = Callable[[Any, list[ResolvedNode]], list[NodeVerdict]]
+
+
+def _preflight(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+    return run_preflight(context.loaded, nodes, context.store.state_dir, context.forks,
+                         on_node=lambda verdict: context.advance(1))
+
+
+#: Stage name -> runner. A stage the spec selects but this release does not run is refused up front.
+STAGES: dict[str, StageRunner] = {"preflight": _preflight}
+
+
+class SystemicFailure(RuntimeError):
+    """Too many nodes failed one stage for the cause to be the nodes."""
+
+
+def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: list[str]) -> tuple[
+        list[ResolvedNode], dict[str, str]]:
+    """Nodes the burn-in takes, and why the others are left out."""
+    taken, skipped = [], {}
+    for node in nodes:
+        record = store.node(node.name) if store else None
+        if record is None or record.state is NodeState.NEW:
+            skipped[node.name] = "not provisioned yet"
+        elif record.state is NodeState.DRAINED:
+            skipped[node.name] = "drained by an operator"
+        elif record.state is NodeState.ADMITTED:
+            skipped[node.name] = "already admitted"
+        elif record.state is NodeState.QUARANTINED and record.stage not in stages:
+            skipped[node.name] = f"quarantined in {record.stage or 'an earlier phase'}: {record.reason}"
+        else:
+            taken.append(node)
+    return taken, skipped
+
+
+def unsupported_stages(loaded: LoadedSpec) -> list[str]:
+    return [stage for stage in loaded.spec.burnin.stages if stage not in STAGES]
+
+
+class BurninPhase:
+    name = "burnin"
+    description = "burn in and admit"
+
+    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode], forks: int):
+        from provision.pipeline import PhaseReport
+
+        stages = list(loaded.spec.burnin.stages)
+        missing = unsupported_stages(loaded)
+        taken, skipped = eligible(store, targets, stages)
+        summary = f"would burn in {len(taken)} node(s) through {', '.join(stages)}"
+        if missing:
+            summary += f"; this release cannot run stage(s) {', '.join(missing)}: nobody would be admitted"
+        return PhaseReport(self.name, summary, {"nodes": [node.name for node in taken], "skipped": skipped})
+
+    def run(self, context: Any):
+        from provision.pipeline import PhaseReport, UsageProblem
+
+        loaded, store, run = context.loaded, context.store, context.run
+        stages = list(loaded.spec.burnin.stages)
+        missing = unsupported_stages(loaded)
+        if missing:
+            raise UsageProblem(f"burnin.stages lists {', '.join(missing)}, which this release does not run; "
+                               f"it runs: {', '.join(STAGES)}")
+        taken, skipped = eligible(store, context.targets, stages)
+        if not taken:
+            return PhaseReport(self.name, "no node to burn in", {"skipped": skipped})
+        campaign, resumed = store.open_campaign(run.id, stages, loaded.sha256)
+        run.event("burnin.campaign", campaign=campaign, resumed=resumed, nodes=[node.name for node in taken])
+        passed = store.passes(campaign)
+        start = self._entry_points(store, campaign, taken, stages, passed, run.id)
+        verdicts: dict[str, NodeVerdict] = {}
+        failed: set[str] = set()
+        budget = loaded.spec.admission.max_failure_percent.burnin
+        for index, stage in enumerate(stages):
+            due = [node for node in taken if node.name not in failed and start[node.name] <= index
+                   and stage not in passed.get(node.name, set())]
+            if stage == "preflight":  # re-entering nodes always pass preflight again
+                due = [node for node in taken if node.name not in failed
+                       and stage not in passed.get(node.name, set())]
+            if not due:
+                continue
+            for node in due:
+                store.transition(node.name, NodeState.BURNING_IN, run_id=run.id, stage=stage)
+            run.event("burnin.stage.started", stage=stage, nodes=[node.name for node in due])
+            stage_verdicts = STAGES[stage](context, due)
+            self._record(context, stage, stage_verdicts)
+            failing = [verdict for verdict in stage_verdicts if not verdict.passed]
+            if failing and len(failing) * 100 > budget * len(due) and len(failing) > 1:
+                names = hostlist.compress([verdict.node for verdict in failing])
+                run.event("burnin.systemic", stage=stage, failing=[verdict.node for verdict in failing])
+                raise SystemicFailure(
+                    f"{len(failing)} of {len(due)} nodes failed {stage} ({names}), more than the "
+                    f"{budget:g}% burn-in failure budget: that looks systemic (thresholds, fabric or spec), so no "
+                    f"node was quarantined for it; first reason: {failing[0].reason}")
+            for verdict in stage_verdicts:
+                verdicts[verdict.node] = verdict
+                if verdict.passed:
+                    store.record_pass(campaign, verdict.node, stage, run.id, {"checks": len(verdict.results)})
+                    passed.setdefault(verdict.node, set()).add(stage)
+                else:
+                    failed.add(verdict.node)
+                    store.forget_passes(campaign, verdict.node)
+                    store.transition(verdict.node, NodeState.QUARANTINED, run_id=run.id, stage=stage,
+                                     reason=verdict.reason, evidence={
+                                         "check": verdict.check, "remediation": verdict.remediation,
+                                         "results": [result.as_dict() for result in verdict.blockers]})
+            run.event("burnin.stage.finished", stage=stage, failed=[v.node for v in failing])
+        admitted = []
+        for node in taken:
+            if node.name not in failed and set(stages) <= passed.get(node.name, set()):
+                store.transition(node.name, NodeState.ADMITTED, run_id=run.id, stage=None,
+                                 evidence={"campaign": campaign, "stages": stages})
+                admitted.append(node.name)
+        store.finish_campaign(campaign)
+        summary = f"{len(admitted)} admitted"
+        if failed:
+            summary += f"; {len(failed)} quarantined: " + "; ".join(
+                f"{name}: {verdicts[name].reason}" for name in sorted(failed))
+        return PhaseReport(self.name, summary, {"admitted": admitted, "quarantined": sorted(failed),
+                                                "skipped": skipped, "campaign": campaign, "resumed": resumed})
+
+    def _entry_points(self, store: StateStore, campaign: str, taken: list[ResolvedNode], stages: list[str],
+                      passed: dict[str, set[str]], run_id: str) -> dict[str, int]:
+        """Index of the first stage each node runs; quarantined nodes re-enter at the stage they failed."""
+        start = {}
+        for node in taken:
+            record = store.node(node.name)
+            start[node.name] = 0
+            if record is not None and record.state is NodeState.QUARANTINED and record.stage in stages:
+                start[node.name] = stages.index(record.stage)
+                carried = set(stages[1:start[node.name]])
+                for stage in carried - passed.get(node.name, set()):
+                    store.record_pass(campaign, node.name, stage, run_id, {"carried": True, "reentered_at":
+                                                                           record.stage})
+                passed.setdefault(node.name, set()).update(carried)
+        return start
+
+    def _record(self, context: Any, stage: str, verdicts: list[NodeVerdict]) -> None:
+        rows = []
+        for verdict in verdicts:
+            for result in verdict.results:
+                rows.append((verdict.node, f"{stage}.{result.check}", str(result.outcome), result.as_dict()))
+        context.store.record_results(context.run.id, f"burnin.{stage}", rows)
+        path = context.run.path / f"burnin-{stage}.json"
+        path.write_text(json.dumps([verdict.as_dict() for verdict in verdicts], indent=2))

@@ -1,0 +1,47 @@
+"""What a stage concludes about each node, in the shape admission and the state store need."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from provision.checks.outcome import CheckResult, blocking
+
+
+@dataclass
+class NodeVerdict:
+    node: str
+    stage: str
+    results: list[CheckResult] = field(default_factory=list)
+    blockers: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.blockers
+
+    @property
+    def check(self) -> str:
+        return self.blockers[0].check if self.blockers else ""
+
+    @property
+    def reason(self) -> str:
+        if not self.blockers:
+            return ""
+        first = self.blockers[0]
+        more = f" (+{len(self.blockers) - 1} more)" if len(self.blockers) > 1 else ""
+        return f"{self.stage}/{first.check}: {first.message}{more}"
+
+    @property
+    def remediation(self) -> str:
+        return "; ".join(dict.fromkeys(result.remediation for result in self.blockers if result.remediation))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "stage": self.stage, "passed": self.passed, "check": self.check,
+                "reason": self.reason, "remediation": self.remediation,
+                "results": [result.as_dict() for result in self.results]}
+
+
+def judge(node: str, stage: str, results: list[CheckResult], *, warnings_block: bool,
+          unknown_blocks: bool) -> NodeVerdict:
+    return NodeVerdict(node, stage, results, blocking(results, warnings_block=warnings_block,
+                                                      unknown_blocks=unknown_blocks))

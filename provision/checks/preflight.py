@@ -1,0 +1,434 @@
+"""Preflight: the node checks, each a command, a pure parser and an evaluation against the spec.
+
+``PROBES`` says what is read from a host (commands and files, all read-only); :func:`collect` gathers them in
+parallel over the host's one session; :func:`evaluate` turns the gathered text into one :class:`CheckResult`
+per check. A probe that fails makes the checks that need it ``unknown``, never ``ok``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from provision.checks import kernel_allowlist
+from provision.checks.outcome import CheckResult, Outcome
+from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, system
+from provision.observe import CommandResult, HostSession
+from provision.spec import LoadedSpec
+from provision.spec.catalog import GPU_MODELS
+from provision.spec.semantics import ResolvedNode
+from provision.spec.thresholds import effective_thresholds
+
+GPU_FIELDS = ["index", "uuid", "serial", "pci.bus_id", "driver_version", "vbios_version", "ecc.mode.current",
+              "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total", "ecc.errors.corrected.volatile.total",
+              "temperature.gpu", "pcie.link.gen.max", "pcie.link.width.current", "clocks_event_reasons.active"]
+REMAP_FIELDS = ["gpu_bus_id", "remapped_rows.failure", "remapped_rows.pending", "remapped_rows.correctable",
+                "remapped_rows.uncorrectable"]
+
+#: name -> argv; every one read-only.
+COMMANDS: dict[str, list[str]] = {
+    "gpus": ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"],
+    "remapped_rows": ["nvidia-smi", f"--query-remapped-rows={','.join(REMAP_FIELDS)}", "--format=csv,noheader"],
+    "retired_pages": ["nvidia-smi", "-q", "-d", "PAGE_RETIREMENT"],
+    "nvlink": ["nvidia-smi", "nvlink", "-s"],
+    "kernel_log": ["dmesg"],
+    "lspci": ["lspci", "-vvv"],
+    "ibstat": ["ibstat"],
+    "df": ["df", "-P"],
+}
+FILES = {"swaps": "/proc/swaps", "nv_mem": "/sys/kernel/mm/memory_peers/nv_mem/version", "modules": "/proc/modules"}
+LINKS = {"pci_devices": "/sys/bus/pci/devices", "infiniband": "/sys/class/infiniband"}
+
+#: Imbue's hardware set (field guide 3.2): these Xids fail a node; any other Xid is a warning.
+HARDWARE_XIDS = frozenset({48, *range(56, 59), *range(62, 65), *range(68, 78), *range(79, 87), 88, 89, 92,
+                           *range(94, 106), *range(110, 121), *range(122, 126)})
+XID_REMEDIATION = {
+    48: "double-bit ECC: reset the GPU; RMA if it repeats",
+    63: "row remap recorded: reset the GPU to activate it, then re-test",
+    64: "row remap failed: RMA the GPU",
+    74: "NVLink error: read nvidia-smi nvlink -e, reseat the baseboard if it repeats",
+    79: "GPU fell off the bus: reboot; reseat or RMA if it repeats",
+    94: "contained ECC error: reset the GPU",
+    95: "uncontained ECC error: reset the GPU",
+    119: "GSP timeout: reset the GPU",
+    120: "GSP error: reset the GPU",
+}
+#: Clock-event bits that mean the GPU is being slowed by heat or power hardware, not by idling or a power cap.
+THROTTLE_BITS = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+                 0x80: "hw_power_brake_slowdown"}
+GT_PER_GEN = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What the spec says this node is; the checks compare against nothing else."""
+
+    gpu_count: int
+    gpu_model: str
+    driver: str
+    gpu_pcie: tuple[int, int]  # gen, width
+    hca_pcie: tuple[int, int]
+    rail_hcas: tuple[str, ...]
+    link_gbps: int
+    nvlink_links: int  # per GPU; 0 without NVLink
+    gpudirect: str
+    acs_disable: bool
+    acs_scope: str
+    thresholds: dict[str, float]
+    uuid_blocklist: frozenset[str] = frozenset()
+    allowlist: tuple = ()
+
+
+def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
+    spec = loaded.spec
+    profile = spec.hardware[node.hardware]
+    gpu = GPU_MODELS[profile.gpu.model]
+    allowlist_file = spec.burnin.kernel_log_allowlist
+    if allowlist_file is not None and not allowlist_file.is_absolute():
+        allowlist_file = loaded.path.parent / allowlist_file
+    limits = effective_thresholds(profile, spec.fabric, spec.burnin.thresholds)
+    return Expectations(
+        gpu_count=profile.gpu.count, gpu_model=gpu.name, driver=spec.software.gpu_driver,
+        gpu_pcie=(profile.pcie.gpu.gen, profile.pcie.gpu.width), hca_pcie=(profile.pcie.hca.gen, profile.pcie.hca.width),
+        rail_hcas=tuple(hca for hca, _ in sorted(profile.rails.items(), key=lambda item: item[1])),
+        link_gbps=spec.fabric.link_gbps, nvlink_links=gpu.nvlink_links if profile.nvlink.present else 0,
+        gpudirect=spec.host.gpudirect, acs_disable=spec.host.pcie_acs.disable, acs_scope=spec.host.pcie_acs.scope,
+        thresholds={name: threshold.value for name, threshold in limits.items()},
+        uuid_blocklist=frozenset(uuid.upper() for uuid in spec.burnin.uuid_blocklist),
+        allowlist=tuple(kernel_allowlist.load(allowlist_file)),
+    )
+
+
+@dataclass
+class Gathered:
+    """Raw text read from one host; ``problems`` says which probes could not be read and why."""
+
+    outputs: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str | None] = field(default_factory=dict)
+    links: dict[str, dict[str, str]] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+
+
+def collect(session: HostSession, timeout_s: float) -> Gathered:
+    """Every probe of a host at once, over its one session."""
+    gathered = Gathered()
+
+    def command(name: str) -> tuple[str, CommandResult]:
+        return name, session.run(COMMANDS[name], timeout_s)
+
+    with ThreadPoolExecutor(max_workers=len(COMMANDS)) as pool:
+        results = list(pool.map(command, COMMANDS))
+        for name, path in FILES.items():
+            gathered.files[name] = session.read_text(path)
+        for name, directory in LINKS.items():
+            gathered.links[name] = session.resolve_links(directory)
+    for name, result in results:
+        if result.ok:
+            gathered.outputs[name] = result.stdout
+        else:
+            gathered.problems[name] = result.problem()
+    return gathered
+
+
+class Unknown(Exception):
+    """A check's input is missing: the check ends ``unknown`` with this message."""
+
+
+Evaluator = Callable[[Gathered, Expectations], list[CheckResult]]
+
+
+def _need(gathered: Gathered, *names: str) -> list[str]:
+    for name in names:
+        if name in gathered.problems:
+            raise Unknown(gathered.problems[name])
+    return [gathered.outputs[name] for name in names]
+
+
+def _result(check: str, failures: list[str], ok: str, remediation: str, *, outcome: Outcome = Outcome.FAILED,
+            evidence: list[str] | None = None) -> CheckResult:
+    if not failures:
+        return CheckResult(check, Outcome.OK, ok)
+    message = failures[0] if len(failures) == 1 else f"{failures[0]} (and {len(failures) - 1} more)"
+    return CheckResult(check, outcome, message, remediation, evidence if evidence is not None else failures)
+
+
+def _gpus(gathered: Gathered) -> list[dict[str, str]]:
+    (text,) = _need(gathered, "gpus")
+    return nvidia_smi.parse_query_csv(text, GPU_FIELDS)
+
+
+def check_gpu_count(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    gpus = _gpus(gathered)
+    failures = []
+    if len(gpus) != expect.gpu_count:
+        failures.append(f"{len(gpus)} GPUs visible, the spec says {expect.gpu_count}")
+    failures += [f"GPU {gpu['index']} ({gpu['pci.bus_id']}) has blocklisted UUID {gpu['uuid']}" for gpu in gpus
+                 if gpu["uuid"].upper() in expect.uuid_blocklist]
+    result = _result("gpu_count", failures, f"{len(gpus)} GPUs", "reseat the missing GPU or RMA the board; "
+                     "a blocklisted GPU must be replaced")
+    result.evidence += [f"{gpu['index']} {gpu['pci.bus_id']} {gpu['uuid']} {gpu['serial']}" for gpu in gpus]
+    return [result]
+
+
+def check_driver(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    gpus = _gpus(gathered)
+    failures = [f"GPU {gpu['index']} runs driver {gpu['driver_version']}, the spec pins {expect.driver}"
+                for gpu in gpus if gpu["driver_version"] != expect.driver]
+    results = [_result("driver", failures[:1], f"driver {expect.driver}", "re-run provision apply (gpu_driver)")]
+    vbios = sorted({gpu["vbios_version"] for gpu in gpus})
+    if len(vbios) > 1:
+        results.append(CheckResult("vbios", Outcome.WARNING, f"GPUs carry {len(vbios)} VBIOS versions: "
+                                   f"{', '.join(vbios)}", "flash every GPU to one VBIOS",
+                                   [f"GPU {gpu['index']}: {gpu['vbios_version']}" for gpu in gpus]))
+    else:
+        results.append(CheckResult("vbios", Outcome.OK, f"one VBIOS {vbios[0] if vbios else '-'}"))
+    return results
+
+
+def check_ecc(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    gpus = _gpus(gathered)
+    failures = []
+    for gpu in gpus:
+        if gpu["ecc.mode.current"] != "Enabled" or gpu["ecc.mode.pending"] != "Enabled":
+            failures.append(f"GPU {gpu['index']}: ECC {gpu['ecc.mode.current']} (pending {gpu['ecc.mode.pending']})")
+        if _int(gpu["ecc.errors.uncorrected.volatile.total"]) > 0:
+            failures.append(f"GPU {gpu['index']}: {gpu['ecc.errors.uncorrected.volatile.total']} uncorrectable "
+                            "volatile ECC errors")
+    result = _result("ecc", failures, "ECC on, no uncorrectable errors",
+                     "nvidia-smi -e 1 and reboot if ECC is off; reset the GPU, RMA if errors return")
+    if result.outcome is Outcome.OK:
+        limit = expect.thresholds["corrected_ecc"]
+        noisy = [f"GPU {gpu['index']}: {gpu['ecc.errors.corrected.volatile.total']} corrected ECC errors"
+                 for gpu in gpus if _int(gpu["ecc.errors.corrected.volatile.total"]) > limit]
+        result = _result("ecc", noisy, result.message, "watch the corrected-error rate; RMA if it keeps rising",
+                         outcome=Outcome.WARNING)
+    return [result]
+
+
+def check_row_remap(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    (remap_text, retired_text) = _need(gathered, "remapped_rows", "retired_pages")
+    failures = []
+    for row in nvidia_smi.parse_query_csv(remap_text, REMAP_FIELDS):
+        if row["remapped_rows.failure"] in ("1", "Yes"):
+            failures.append(f"GPU {row['gpu_bus_id']}: row remapping failed (RMA)")
+        if row["remapped_rows.pending"] in ("1", "Yes"):
+            failures.append(f"GPU {row['gpu_bus_id']}: a row remap is pending")
+    for bus_id, tree in nvidia_smi.parse_query_report(retired_text).gpus.items():
+        if tree.get("Retired Pages", {}).get("Pending Page Blacklist") == "Yes":
+            failures.append(f"GPU {bus_id}: a page retirement is pending")
+    return [_result("row_remap", failures, "no pending remaps or retirements",
+                    "reset the GPU (or reboot) to apply the remap, then re-test; a failure or a repeat is an RMA")]
+
+
+def check_xid(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    (text,) = _need(gathered, "kernel_log")
+    xids = kernel_log.find_xids(kernel_log.parse_kernel_log(text))
+    hardware = [xid for xid in xids if xid.code in HARDWARE_XIDS]
+    chosen, outcome = (hardware, Outcome.FAILED) if hardware else (xids, Outcome.WARNING)
+    failures = [f"Xid {xid.code} on GPU {xid.pci}: {xid.detail}" for xid in chosen]
+    remediation = "; ".join(sorted({XID_REMEDIATION.get(xid.code, "see NVIDIA's Xid catalog") for xid in chosen}))
+    return [_result("xid", failures, "no Xid in the kernel log", remediation, outcome=outcome)]
+
+
+def _owned_elsewhere(message: str) -> bool:
+    """Lines another check judges (Xids, PCIe 'limited by') are not judged twice."""
+    return "NVRM: Xid" in message or "limited by" in message
+
+
+def check_kernel_log(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    (text,) = _need(gathered, "kernel_log")
+    messages = [line.message for line in kernel_log.parse_kernel_log(text) if not _owned_elsewhere(line.message)]
+    left = kernel_allowlist.unexpected(messages, list(expect.allowlist))
+    result = _result("kernel_log", [f"{len(left)} kernel message(s) outside the allowlist: {left[0]}"] if left else [],
+                     f"{len(messages)} kernel messages, all allowlisted",
+                     "investigate the lines; if they are harmless on this hardware, add them to the allowlist",
+                     outcome=Outcome.WARNING, evidence=left[:5])
+    return [result]
+
+
+def _hca_addresses(gathered: Gathered) -> dict[str, str]:
+    """mlx5_N -> PCI address, from where the class link points (``.../<bdf>/infiniband/mlx5_N``)."""
+    addresses = {}
+    for name, target in gathered.links.get("infiniband", {}).items():
+        parts = target.rstrip("/").split("/")
+        if len(parts) >= 3 and parts[-2] == "infiniband":
+            addresses[name] = parts[-3]
+    return addresses
+
+
+def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    lspci_text, log_text = _need(gathered, "lspci", "kernel_log")
+    devices = {device.address: device for device in lspci.parse_lspci_verbose(lspci_text)}
+    gpus = [device for device in devices.values() if device.kind == "3D controller" and "NVIDIA" in device.description]
+    hca_addresses = _hca_addresses(gathered)
+    failures = []
+    for device in gpus:
+        # GPUs lower their link speed when idle: judge width here, speed from nvidia-smi's trained maximum
+        if device.link_status and device.link_status.width < expect.gpu_pcie[1]:
+            failures.append(f"GPU {device.address} link x{device.link_status.width}, the spec says "
+                            f"x{expect.gpu_pcie[1]}")
+    if "gpus" not in gathered.problems:
+        for gpu in _gpus(gathered):
+            if _int(gpu["pcie.link.gen.max"]) < expect.gpu_pcie[0]:
+                failures.append(f"GPU {gpu['index']} ({gpu['pci.bus_id']}) can train only to Gen"
+                                f"{gpu['pcie.link.gen.max']}, the spec says Gen{expect.gpu_pcie[0]}")
+    for hca in expect.rail_hcas:
+        device = devices.get(hca_addresses.get(hca, ""))
+        if device is None or device.link_status is None:
+            continue  # a missing HCA is the IB port check's finding
+        gen, width = expect.hca_pcie
+        if device.link_status.width < width or device.link_status.speed_gts < GT_PER_GEN[gen]:
+            failures.append(f"{hca} ({device.address}) link {device.link_status.speed_gts:g} GT/s "
+                            f"x{device.link_status.width}, the spec says {GT_PER_GEN[gen]:g} GT/s x{width}")
+    limited = [line.message for line in kernel_log.parse_kernel_log(log_text) if "limited by" in line.message]
+    failures += [f"kernel: {message}" for message in limited]
+    return [_result("pcie_link", failures, f"{len(gpus)} GPU and {len(expect.rail_hcas)} HCA links at spec",
+                    "reboot to retrain the link; reseat the card or riser if it stays low")]
+
+
+def check_peermem(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    if expect.gpudirect != "peermem":
+        return [CheckResult("peermem", Outcome.SILENCED, f"host.gpudirect is {expect.gpudirect}: not checked")]
+    if gathered.files.get("nv_mem") is not None:
+        return [CheckResult("peermem", Outcome.OK, "nvidia-peermem registered (nv_mem "
+                            f"{(gathered.files['nv_mem'] or '').strip()})")]
+    modules = system_modules(gathered.files.get("modules") or "")
+    why = ("nvidia_peermem is loaded but not registered with ib_core" if "nvidia_peermem" in modules
+           else "nvidia_peermem is not loaded")
+    return [CheckResult("peermem", Outcome.FAILED, why, "re-run provision apply (gpudirect); a module that loads "
+                        "but never registers was built against another OFED: rebuild the driver after OFED",
+                        ["/sys/kernel/mm/memory_peers/nv_mem/version is absent"])]
+
+
+def system_modules(text: str) -> set[str]:
+    return {line.split()[0] for line in text.splitlines() if line.split()}
+
+
+def check_acs(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    if not expect.acs_disable:
+        return [CheckResult("acs", Outcome.SILENCED, "host.pcie_acs.disable is false: not checked")]
+    (text,) = _need(gathered, "lspci")
+    devices = {device.address: device for device in lspci.parse_lspci_verbose(text)}
+    paths = gathered.links.get("pci_devices", {})
+    endpoints = [device.address for device in devices.values()
+                 if (device.kind == "3D controller" and "NVIDIA" in device.description)
+                 or device.kind == "Infiniband controller"]
+    if expect.acs_scope == "all_bridges":
+        scope = {address for address, device in devices.items() if device.is_bridge}
+    else:
+        scope = {part for endpoint in endpoints for part in paths.get(endpoint, "").split("/")
+                 if part.count(":") == 2 and part != endpoint}
+    failures = [f"bridge {address}: ACS {'+'.join(devices[address].acs_redirects)} on"
+                for address in sorted(scope) if address in devices and devices[address].acs_redirects]
+    return [_result("acs", failures, f"ACS redirects off on {len(scope)} bridge(s)",
+                    "re-run provision apply (pcie_acs); check that provision-acs.service ran at boot")]
+
+
+def check_ib_ports(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    (text,) = _need(gathered, "ibstat")
+    hcas = infiniband.parse_ibstat(text)
+    failures = []
+    for name in expect.rail_hcas:
+        device = hcas.get(name)
+        if device is None:
+            failures.append(f"{name} is missing")
+            continue
+        for number, port in sorted(device.ports.items()):
+            label = f"{name} port {number}"
+            if port.state.upper() != "ACTIVE" or port.physical_state != "LinkUp":
+                failures.append(f"{label} is {port.state}/{port.physical_state}")
+            elif port.rate_gbps is not None and port.rate_gbps < expect.link_gbps:
+                failures.append(f"{label} runs at {port.rate_gbps:g} Gb/s, the design says {expect.link_gbps}")
+            elif port.link_layer and port.link_layer != "InfiniBand":
+                failures.append(f"{label} link layer is {port.link_layer}")
+    return [_result("ib_ports", failures, f"{len(expect.rail_hcas)} rail ports ACTIVE at {expect.link_gbps} Gb/s",
+                    "clean and reseat the transceivers; replace the cable if the port stays down or slow")]
+
+
+def check_nvlink(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    if not expect.nvlink_links:
+        return [CheckResult("nvlink", Outcome.SILENCED, "no NVLink in the spec")]
+    (text,) = _need(gathered, "nvlink")
+    failures = []
+    for gpu in nvidia_smi.parse_nvlink_status(text):
+        if gpu.all_inactive:
+            failures.append(f"GPU {gpu.index}: all NVLinks inactive")
+        elif gpu.inactive_links or len(gpu.links) < expect.nvlink_links:
+            failures.append(f"GPU {gpu.index}: {len(gpu.links) - len(gpu.inactive_links)} of "
+                            f"{expect.nvlink_links} NVLinks active")
+    return [_result("nvlink", failures, f"{expect.nvlink_links} NVLinks up on every GPU",
+                    "check nvidia-fabricmanager; reseat the baseboard if links stay down")]
+
+
+def check_throttle(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    failures = []
+    for gpu in _gpus(gathered):
+        mask = int(gpu["clocks_event_reasons.active"], 16)
+        reasons = [name for bit, name in THROTTLE_BITS.items() if mask & bit]
+        if reasons:
+            failures.append(f"GPU {gpu['index']} slowed: {', '.join(reasons)} at {gpu['temperature.gpu']} C")
+        elif _int(gpu["temperature.gpu"]) > expect.thresholds["gpu_temperature_c"]:
+            failures.append(f"GPU {gpu['index']} at {gpu['temperature.gpu']} C (limit "
+                            f"{expect.thresholds['gpu_temperature_c']:g} C)")
+    return [_result("throttle", failures, "no thermal or power slowdown",
+                    "check airflow, fans and the GPU's heatsink contact; re-test under load")]
+
+
+def check_disk(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    (text,) = _need(gathered, "df")
+    limit = expect.thresholds["disk_usage_percent"]
+    failures = [f"{fs.mount} is {fs.percent}% full ({fs.source})" for fs in system.parse_df(text)
+                if fs.percent >= limit]
+    results = [_result("disk", failures, f"every filesystem below {limit:g}%", "free space on the filesystem")]
+    swaps = system.parse_swaps(gathered.files.get("swaps") or "Filename\n")
+    if swaps:
+        results.append(CheckResult("swap", Outcome.SILENCED, f"swap on: {', '.join(area.name for area in swaps)}",
+                                   "host_tuning turns swap off when host.tuning.swap is off"))
+    else:
+        results.append(CheckResult("swap", Outcome.OK, "no swap"))
+    return results
+
+
+def _int(text: str) -> int:
+    try:
+        return int(float(text))
+    except ValueError:
+        return 0
+
+
+#: check name(s) -> evaluator; the names are what fault statements and the spec refer to.
+CHECKS: dict[tuple[str, ...], Evaluator] = {
+    ("gpu_count",): check_gpu_count,
+    ("driver", "vbios"): check_driver,
+    ("ecc",): check_ecc,
+    ("row_remap",): check_row_remap,
+    ("xid",): check_xid,
+    ("kernel_log",): check_kernel_log,
+    ("pcie_link",): check_pcie_link,
+    ("peermem",): check_peermem,
+    ("acs",): check_acs,
+    ("ib_ports",): check_ib_ports,
+    ("nvlink",): check_nvlink,
+    ("throttle",): check_throttle,
+    ("disk", "swap"): check_disk,
+}
+
+
+def evaluate(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    results = []
+    for names, evaluator in CHECKS.items():
+        try:
+            results += evaluator(gathered, expect)
+        except Unknown as missing:
+            results += [CheckResult(name, Outcome.UNKNOWN, f"could not read: {missing}", "re-run; a check that "
+                                    "cannot run is never taken as healthy") for name in names]
+        except (ValueError, KeyError, IndexError) as error:
+            results += [CheckResult(name, Outcome.UNKNOWN, f"unexpected output: {error}", "re-run; report the "
+                                    "output if it repeats") for name in names]
+    return results
+
+
+def run(session: HostSession, expect: Expectations, timeout_s: float) -> list[CheckResult]:
+    return evaluate(collect(session, timeout_s), expect)
+

@@ -1,0 +1,46 @@
+"""Parse ``df -P`` and ``/proc/swaps``: the disk and swap facts of a host. Pure functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Filesystem:
+    source: str
+    size_kb: int
+    used_kb: int
+    available_kb: int
+    percent: int  # as df rounds it: up
+    mount: str
+
+
+def parse_df(text: str) -> list[Filesystem]:
+    """POSIX ``df -P`` (1024-byte blocks); a mount point may contain spaces, so split from the left only."""
+    filesystems = []
+    for line in text.replace("\r\n", "\n").split("\n")[1:]:
+        if not line.strip():
+            continue
+        fields = line.split(None, 5)
+        if len(fields) != 6 or not fields[4].endswith("%"):
+            raise ValueError(f"not a df -P line: {line!r}")
+        source, size, used, available, percent, mount = fields
+        filesystems.append(Filesystem(source, int(size), int(used), int(available), int(percent[:-1]), mount))
+    return filesystems
+
+
+@dataclass(frozen=True)
+class SwapArea:
+    name: str
+    kind: str
+    size_kb: int
+    used_kb: int
+
+
+def parse_swaps(text: str) -> list[SwapArea]:
+    areas = []
+    for line in text.replace("\r\n", "\n").split("\n")[1:]:
+        fields = line.split()
+        if len(fields) >= 4:
+            areas.append(SwapArea(fields[0], fields[1], int(fields[2]), int(fields[3])))
+    return areas

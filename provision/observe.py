@@ -1,0 +1,184 @@
+"""Read-only access to a host: run a command, read a file, list device links.
+
+"Ansible changes, fabric observes": configuration goes through playbooks, while
+fact collection and test launches go through one session per host, either over
+SSH (fabric on paramiko, host keys checked) or the local transport. The local
+transport is how the simulated cluster is reached; what makes a session point
+at a simulated host is the same pair of inventory variables the playbooks get
+(``hw_root`` and ``provision_environment``), so nothing here knows about the
+simulator.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from provision import inventory
+from provision.spec import LoadedSpec
+from provision.spec.semantics import ResolvedNode
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out
+
+    def problem(self) -> str:
+        """One line saying why the command's output cannot be trusted."""
+        command = shlex.join(self.argv)
+        if self.timed_out:
+            return f"{command} timed out after {self.seconds:.0f} s"
+        detail = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        return f"{command} exited {self.rc}" + (f": {detail[-1]}" if detail else "")
+
+
+class HostSession(Protocol):
+    host: str
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult: ...
+
+    def read_text(self, path: str) -> str | None: ...
+
+    def resolve_links(self, directory: str) -> dict[str, str]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalSession:
+    """Commands run as child processes of the controller; paths are read under ``root``."""
+
+    def __init__(self, host: str, root: Path = Path("/"), environment: Mapping[str, str] | None = None) -> None:
+        self.host = host
+        self.root = root
+        self.environment = {**os.environ, **(environment or {})}
+
+    def _path(self, path: str) -> Path:
+        return self.root / path.lstrip("/")
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        started = time.monotonic()
+        try:
+            process = subprocess.Popen(list(argv), env=self.environment, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, start_new_session=True)
+        except OSError as error:
+            return CommandResult(tuple(argv), 127, "", str(error), time.monotonic() - started)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            stdout, stderr = process.communicate()
+            return CommandResult(tuple(argv), -9, stdout, stderr, time.monotonic() - started, timed_out=True)
+        return CommandResult(tuple(argv), process.returncode, stdout, stderr, time.monotonic() - started)
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            return self._path(path).read_text()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def resolve_links(self, directory: str) -> dict[str, str]:
+        base = self._path(directory)
+        if not base.is_dir():
+            return {}
+        root = os.path.realpath(self.root)
+        resolved = {}
+        for name in sorted(os.listdir(base)):
+            target = os.path.realpath(base / name)
+            resolved[name] = "/" + os.path.relpath(target, root)
+        return resolved
+
+    def close(self) -> None:
+        return None
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    """A timed-out probe leaves nothing behind: its whole process group goes."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class SshSession:
+    """One SSH connection per host (fabric on paramiko), shared by every command of a check run.
+
+    Host keys are checked against the known_hosts the spec names (or the user's): an unknown key is refused,
+    never added.
+    """
+
+    def __init__(self, host: str, address: str, *, user: str, port: int, key_file: Path | None,
+                 known_hosts: Path | None, timeout_s: float, root: str = "/",
+                 environment: Mapping[str, str] | None = None) -> None:
+        import paramiko
+        from fabric import Connection
+
+        self.host = host
+        self.root = root.rstrip("/")
+        self.environment = dict(environment or {})
+        connect_kwargs: dict[str, Any] = {"timeout": timeout_s, "banner_timeout": timeout_s}
+        if key_file:
+            connect_kwargs["key_filename"] = str(key_file)
+        self.connection = Connection(address, user=user, port=port, connect_kwargs=connect_kwargs,
+                                     connect_timeout=int(timeout_s))
+        client = self.connection.client
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        if known_hosts:
+            client.load_host_keys(str(known_hosts))
+        else:
+            client.load_system_host_keys()
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        started = time.monotonic()
+        try:
+            prefix = ["env", *(f"{name}={value}" for name, value in self.environment.items())] \
+                if self.environment else []
+            result = self.connection.run(shlex.join([*prefix, *argv]), hide=True, warn=True, timeout=timeout_s,
+                                         in_stream=False)
+        except Exception as error:  # noqa: BLE001 - a transport failure is this command's result
+            timed_out = "timed out" in str(error).lower() or type(error).__name__ == "CommandTimedOut"
+            return CommandResult(tuple(argv), 255, "", f"{type(error).__name__}: {error}",
+                                 time.monotonic() - started, timed_out=timed_out)
+        return CommandResult(tuple(argv), result.exited, result.stdout, result.stderr, time.monotonic() - started)
+
+    def read_text(self, path: str) -> str | None:
+        result = self.run(["cat", "--", self.root + path], 30)
+        return result.stdout if result.ok else None
+
+    def resolve_links(self, directory: str) -> dict[str, str]:
+        script = (f'for d in {shlex.quote(self.root + directory)}/*; do '
+                  'printf "%s %s\\n" "${d##*/}" "$(readlink -f "$d")"; done')
+        result = self.run(["sh", "-c", script], 30)
+        pairs = (line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+        return {name: "/" + target[len(self.root):].lstrip("/") for name, target in pairs
+                if not name.startswith("*")}
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def open_session(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> HostSession:
+    """The session the inventory describes for ``node``: the one switch between real and simulated hosts."""
+    variables = inventory.host_vars(loaded, node, state_dir)
+    root, environment = variables.get("hw_root") or "/", variables.get("provision_environment")
+    if variables.get("ansible_connection") == "local":
+        return LocalSession(node.name, Path(root), environment)
+    connection = loaded.spec.connection
+    return SshSession(node.name, node.address, user=connection.user, port=connection.port,
+                      key_file=connection.key_file, known_hosts=connection.known_hosts,
+                      timeout_s=connection.timeout_s, root=root, environment=environment)
