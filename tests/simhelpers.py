@@ -12,9 +12,14 @@ from provision.spec import load_spec
 from tests.conftest import EXAMPLES
 
 
-def write_spec(directory: Path, faults: list[dict], *, hosts: str = "sim[01-02]", seed: int = 3) -> Path:
+def write_spec(directory: Path, faults: list[dict], *, hosts: str = "sim[01-02]", seed: int = 3,
+               stages: list[str] | None = None, admission: dict | None = None) -> Path:
     data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
     data["nodes"]["groups"][0]["hosts"] = hosts
+    if stages is not None:
+        data["burnin"]["stages"] = stages
+    if admission is not None:
+        data["admission"] = admission
     data["simulation"] = {"seed": seed, "faults": faults}
     path = directory / "spec.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

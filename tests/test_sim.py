@@ -55,7 +55,7 @@ def test_faults_listing_names_stage_and_check(tmp_path: Path) -> None:
                                  {"kind": "missing_cable", "target": "leaf-su01-r0/5"}])
     rows = json.loads(run_cli("sim", "faults", "--json", str(spec)).stdout)["faults"]
     assert [(row["kind"], row["stage"], row["check"]) for row in rows] == [
-        ("gpu_missing", "preflight", "gpu_count"), ("missing_cable", "fabric", "audit")]
+        ("gpu_missing", "provision", "preflight"), ("missing_cable", "fabric", "audit")]
     assert all(row["expected"] for row in rows)
 
 

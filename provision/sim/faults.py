@@ -47,8 +47,9 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("wrong_driver", "node", "node", "provision", "gpu_driver",
               "a different driver branch is installed and held; the gpu_driver role replaces it and reboots",
               {"version": Param(str, "550.54.15")}),
-    FaultKind("gpu_missing", "node", _GPU, "preflight", "gpu_count",
-              "a GPU fell off the bus: absent from lspci and nvidia-smi; preflight's GPU count fails"),
+    FaultKind("gpu_missing", "node", _GPU, "provision", "preflight",
+              "a GPU fell off the bus: absent from lspci and nvidia-smi; the playbook's preflight role refuses the "
+              "host, and on a host that lost it after provisioning burn-in preflight's gpu_count fails"),
     FaultKind("pcie_downtrained", "node", "gpu_or_hca", "preflight", "pcie_link",
               "a GPU or HCA link trained below spec; preflight's PCIe width/speed check and 'limited by' scan fail",
               {"width": Param(int, 8, choices=(1, 2, 4, 8, 16)), "gen": Param(int, 0, 0, 6)}),

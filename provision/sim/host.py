@@ -79,3 +79,21 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
         write_modules(root, state["modules"], state.get("driver_loaded"))
     save_state(root, state)
     replace_file(root / READY, "")
+
+
+def inject_now(host_dir: Path, kind: str, target: str | None = None, params: dict[str, Any] | None = None) -> None:
+    """A fault that strikes a running host (a GPU falling off the bus after provisioning), applied in place."""
+    from provision.sim.faults import CATALOG, resolve_params
+    from provision.sim.node import load_state
+
+    root = ensure_host(host_dir)
+    recipe = json.loads((host_dir / RECIPE).read_text())
+    values, problems = resolve_params(CATALOG[kind], params or {})
+    if problems:
+        raise ValueError(f"{kind}: " + "; ".join(f"{name}: {message}" for name, message in problems))
+    with (host_dir / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = load_state(root)
+        INJECTORS[kind](NodeContext(root, hardware_from_dict(recipe["hardware"]), state, recipe["link_rate"]),
+                        values, target)
+        save_state(root, state)
