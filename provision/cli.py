@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -147,7 +148,7 @@ def plan(spec: Path, state_dir: Path | None, limit: str | None, phases: str | No
         out.print(f"No changes: {loaded.spec.cluster.name} ({len(loaded.nodes)} nodes) matches the spec.")
         return EXIT_OK
     for report in changes:
-        out.print(f"[bold]{report.name}[/]: {report.summary}")
+        out.print(f"[bold]{report.name}[/]: {escape(report.summary)}")
         for host, tasks in sorted(report.details.get("changes", {}).items()):
             out.print(f"  {host}:", markup=False)
             for change in tasks:
@@ -192,7 +193,7 @@ def apply(spec: Path, state_dir: Path | None, limit: str | None, phases: str | N
                     "quarantined": result.quarantined})
         return result.exit_code
     for report in result.reports:
-        out.print(f"[bold]{report.name}[/]: {report.summary}")
+        out.print(f"[bold]{report.name}[/]: {escape(report.summary)}")
     out.print(f"run {result.run.id}: record in {result.run.path}")
     with StateStore(target) as store:
         _print_status(loaded.spec.cluster.name, store)
@@ -241,7 +242,7 @@ def burnin(spec: Path, state_dir: Path | None, limit: str | None, wait_lock: flo
                                    "reason": record.reason} for record in nodes]})
             return result.exit_code
         if report:
-            out.print(f"[bold]burnin[/]: {report.summary}")
+            out.print(f"[bold]burnin[/]: {escape(report.summary)}")
         out.print(f"run {result.run.id}: record in {result.run.path}")
         _print_status(loaded.spec.cluster.name, store)
     return result.exit_code

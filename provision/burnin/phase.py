@@ -16,11 +16,14 @@ and the nodes stay in burning-in at that stage for the operator to look at.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
 
 from provision import hostlist
+from provision.burnin import multinode
+from provision.burnin.launch import free_port
 from provision.burnin.node_checks import run_preflight
 from provision.burnin.verdict import NodeVerdict
 from provision.spec import LoadedSpec
@@ -35,8 +38,20 @@ def _preflight(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
                          on_node=lambda verdict: context.advance(1))
 
 
+def _seed(context: Any) -> int:
+    return int(hashlib.sha256(context.run.id.encode()).hexdigest()[:8], 16)
+
+
+def _node(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+    seed = _seed(context)
+    verdicts = multinode.run_node_stage(context.loaded, nodes, context.store.state_dir, seed=seed,
+                                        port=free_port(seed), evidence_dir=context.run.path / "workers")
+    context.advance(len(nodes))
+    return verdicts
+
+
 #: Stage name -> runner. A stage the spec selects but this release does not run is refused up front.
-STAGES: dict[str, StageRunner] = {"preflight": _preflight}
+STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node}
 
 
 class SystemicFailure(RuntimeError):
@@ -114,11 +129,11 @@ class BurninPhase:
             stage_verdicts = STAGES[stage](context, due)
             self._record(context, stage, stage_verdicts)
             failing = [verdict for verdict in stage_verdicts if not verdict.passed]
-            if failing and len(failing) * 100 > budget * len(due) and len(failing) > 1:
+            if failing and len(failing) * 100 > budget * len(taken) and len(failing) > 1:
                 names = hostlist.compress([verdict.node for verdict in failing])
                 run.event("burnin.systemic", stage=stage, failing=[verdict.node for verdict in failing])
                 raise SystemicFailure(
-                    f"{len(failing)} of {len(due)} nodes failed {stage} ({names}), more than the "
+                    f"{len(failing)} of {len(taken)} nodes failed {stage} ({names}), more than the "
                     f"{budget:g}% burn-in failure budget: that looks systemic (thresholds, fabric or spec), so no "
                     f"node was quarantined for it; first reason: {failing[0].reason}")
             for verdict in stage_verdicts:

@@ -81,7 +81,9 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     if loaded.spec.simulation is None:
         raise SimError("the spec has no simulation: section")
     existing = read_manifest(state_dir)
-    if existing is not None and existing["spec_sha256"] == loaded.sha256 and not rebuild:
+    stand_ins = _stand_ins_digest()
+    if existing is not None and existing["spec_sha256"] == loaded.sha256 and not rebuild \
+            and existing.get("stand_ins") == stand_ins:
         return {**existing, "changed": False}
     if rebuild:
         down(state_dir)
@@ -91,7 +93,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     faults = describe_faults(loaded)
     by_node: dict[str, list[dict[str, Any]]] = {}
     for fault in faults:
-        fault["injected"] = fault["layer"] == "node" or fault["kind"] in CABLE_FAULTS
+        fault["injected"] = fault["layer"] in ("node", "rank") or fault["kind"] in CABLE_FAULTS
         if not fault["injected"]:
             fault["note"] = f"the {fault['layer']} layer of the simulator is not built yet: not injected"
         by_node.setdefault(fault["node"] or "", []).append(fault)
@@ -116,13 +118,17 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
             "hardware": asdict(hardware), "template": str(templates[key]), "kernel": kernel, "link_rate": link_rate,
             "lid_base": lid, "pinned_driver": loaded.spec.software.gpu_driver, "repository": repository,
             "address": node.address,
-            "faults": [fault for fault in by_node.get(node.name, []) if fault["injected"] and fault["layer"] == "node"],
+            "faults": [fault for fault in by_node.get(node.name, [])
+                       if fault["injected"] and fault["layer"] in ("node", "rank")],
         }
         lid += len(hardware.hcas)
         host_dir = node_paths(state_dir, node.name).root.parent
         previous = read_recipe(host_dir)
         if previous is not None and _same_host(previous, recipe):
             hosts["kept"].append(node.name)
+            # the stand-ins are this release's code, not host state: a kept host gets the current ones
+            shutil.rmtree(host_dir / "bin", ignore_errors=True)
+            clone_tree(bin_template, host_dir / "bin")
             continue
         hosts["added" if previous is None else "rebuilt"].append(node.name)
         if host_dir.exists():
@@ -143,7 +149,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
         write_dump(loaded, [fault for fault in faults if fault["injected"]], base / "fabric")
     manifest = {"cluster": loaded.spec.cluster.name, "spec_path": str(loaded.path.resolve()),
                 "spec_sha256": loaded.sha256, "seed": seed, "nodes": loaded.node_names, "faults": faults,
-                "hosts": hosts}
+                "hosts": hosts, "stand_ins": stand_ins}
     (base / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return {**manifest, "changed": True}
 
@@ -198,6 +204,15 @@ def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, l
     return {name: sorted(set(versions)) for name, versions in repository.items()}
 
 
+def _stand_ins_digest() -> str:
+    """Changes when the stand-ins would: another interpreter, source tree or release."""
+    from provision import __version__
+
+    source = Path(__file__).resolve().parent.parent.parent
+    text = json.dumps([sys.executable, str(source), __version__, sorted((*TOOLS, *GUARDED))])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _write_bin_template(directory: Path) -> Path:
     """One script per tool, shared by every host through hard links: each finds its host's root
     next to its own ``bin/`` (``${0%/*}/../root``), so no script needs to name its host.
@@ -217,6 +232,17 @@ def _write_bin_template(directory: Path) -> Path:
             f'exec "$python" -m provision.sim.tools --root "${{0%/*}}/../root" {tool} "$@"\n'
         )
         script.chmod(0o755)
+    # The node's Python (what runs burn-in workers): the controller's interpreter, which has torch, with the
+    # rank-layer fault shim on its path; the shim reads this host's faults from its hardware root.
+    shim = Path(__file__).resolve().parent / "rankshim"
+    python = directory / "python3"
+    python.write_text(
+        "#!/bin/sh\n"
+        f'PYTHONPATH="{shim}:{source}${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH\n'
+        'PROVISION_SIM_ROOT="${0%/*}/../root"; export PROVISION_SIM_ROOT\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    python.chmod(0o755)
     return directory
 
 

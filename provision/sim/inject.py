@@ -172,7 +172,16 @@ def disk_full(node: NodeContext, params: dict[str, Any], target: str | None) -> 
     disk["used_kb"] = int(disk["size_kb"] * params["percent"] / 100)
 
 
+def rank_fault(kind: str) -> Injector:
+    """Rank-layer faults live in the processes of a test; the host records them for its Python's fault shim."""
+    def inject(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+        local_rank = int(target[3:]) if target and target.startswith("gpu") else int(params.get("local_rank", 0))
+        node.state.setdefault("rank_faults", []).append({"kind": kind, "local_rank": local_rank, **params})
+    return inject
+
+
 INJECTORS: dict[str, Injector] = {
+    **{kind: rank_fault(kind) for kind in ("slow_gpu", "rank_hang", "rank_slow", "rank_wrong_result")},
     "acs_enabled": acs_enabled, "wrong_driver": wrong_driver, "peermem_missing": peermem_missing,
     "peermem_unregistered": peermem_unregistered, "gpu_missing": gpu_missing, "pcie_downtrained": pcie_downtrained,
     "xid": xid, "ecc_uncorrectable": ecc_uncorrectable, "row_remap_pending": row_remap_pending,

@@ -217,6 +217,7 @@ class Thresholds(Strict):
     """Overrides; anything left out is derived from the GPU model and link rate."""
 
     matmul_efficiency: Fraction01 | None = None
+    matmul_peer_fraction: Fraction01 | None = None
     memory_bandwidth_efficiency: Fraction01 | None = None
     intranode_allreduce_busbw_gbps: Annotated[float, Field(gt=0)] | None = None
     ib_write_bw_gbps: Annotated[float, Field(gt=0)] | None = None
@@ -231,6 +232,22 @@ class Thresholds(Strict):
     collective_timeout_s: Annotated[float, Field(gt=0, le=3600)] | None = None
 
 
+class Workload(Strict):
+    """Sizes of the burn-in tests. The defaults suit 80 GB GPUs; a simulated or CPU cluster shrinks them."""
+
+    matmul_n: Annotated[int, Field(ge=16, le=65536)] = 8192
+    matmul_iters: Annotated[int, Field(ge=1, le=10000)] = 50
+    repeats: Annotated[int, Field(ge=1, le=100)] = 5
+    memory_bytes: Annotated[int, Field(ge=4096, le=1 << 36)] = 1 << 30
+    allreduce_bytes: Annotated[int, Field(ge=64, le=1 << 36)] = 1 << 30
+    collective_sizes: Annotated[list[Annotated[int, Field(ge=64, le=1 << 36)]], Field(min_length=1)] = [
+        1 << 20, 32 << 20, 1 << 30]
+    collective_ops: list[Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]] = [
+        "all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+    warmup: Annotated[int, Field(ge=0, le=1000)] = 5
+    iters: Annotated[int, Field(ge=1, le=10000)] = 20
+
+
 Stage = Literal["preflight", "node", "pairs", "collectives", "training"]
 
 
@@ -241,6 +258,11 @@ class Burnin(Strict):
     uuid_blocklist: list[Annotated[str, StringConstraints(pattern=r"^GPU-[0-9a-fA-F-]{36}$")]] = []
     kernel_log_allowlist: Path | None = None
     nccl_env: dict[Annotated[str, StringConstraints(pattern=r"^(NCCL|TORCH_NCCL|CUDA|GLOO)_[A-Z0-9_]+$")], str] = {}
+    #: The interpreter on the nodes that has torch and this project's fabric_tests.
+    python: str = "python3"
+    #: GPUs per node that take part in multi-node stages (default: all of them).
+    ranks_per_node: Annotated[int, Field(ge=1, le=64)] | None = None
+    workload: Workload = Workload()
 
     @field_validator("stages")
     @classmethod

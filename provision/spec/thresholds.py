@@ -41,6 +41,8 @@ def effective_thresholds(
             round(gpu.bf16_dense_tflops * matmul_eff, 1),
             f"{matmul_eff:g} x {gpu.bf16_dense_tflops:g} TFLOPS dense bf16 ({gpu.name})",
         ),
+        "matmul_peer_fraction": Threshold(
+            0.95, "a GPU 5% slower than the median of its node-mates is flagged (MAMF practice)"),
         "memory_bandwidth_gbps": Threshold(
             round(gpu.hbm_gbps * memory_eff, 1), f"{memory_eff:g} x {gpu.hbm_gbps:g} GB/s HBM ({gpu.name})"
         ),

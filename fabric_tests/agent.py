@@ -1,0 +1,157 @@
+"""The per-node launcher: one per node, forks one worker per GPU, and is the watchdog on that node.
+
+``python3 -m fabric_tests.agent --test NAME --nproc N --nnodes M --node-rank R --master HOST:PORT
+--deadline SECONDS [--env K=V ...] [--params JSON]``
+
+Why not torchrun: torchrun starts every worker as a fresh interpreter (each importing torch, seconds of CPU)
+and has no notion of a test deadline. Here torch is imported once and the workers are forked from it (before
+any CUDA context exists), rendezvous is torch.distributed's own c10d TCPStore at ``--master``, and the agent
+enforces the deadline: when it passes, each surviving worker dumps its Python stack (faulthandler, and py-spy
+when installed), is killed, and is confirmed gone before the agent reports. A worker that was still alive at
+the deadline is how a hang shows up in the summary; the ranks that never *posted* an operation others
+posted are the ones that stopped (see ``fabric_tests.collectives``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import importlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from typing import Any
+
+from fabric_tests.protocol import emit
+
+STUCK_GRACE_S = 5.0
+TESTS = {"node": "fabric_tests.node_test", "collectives": "fabric_tests.collectives"}
+
+
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fabric_tests.agent")
+    parser.add_argument("--test", required=True, choices=sorted(TESTS))
+    parser.add_argument("--nproc", type=int, required=True)
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--master", required=True, help="HOST:PORT of the c10d store (node rank 0 serves it)")
+    parser.add_argument("--deadline", type=float, required=True)
+    parser.add_argument("--env", action="append", default=[], metavar="K=V")
+    parser.add_argument("--params", default="{}")
+    return parser.parse_args(argv)
+
+
+def _worker(module: Any, args: argparse.Namespace, local_rank: int, params: dict[str, Any]) -> None:
+    """Runs in the forked child; never returns."""
+    code = 1
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        rank = args.node_rank * args.nproc + local_rank
+        os.environ.update(LOCAL_RANK=str(local_rank), RANK=str(rank), WORLD_SIZE=str(args.nproc * args.nnodes),
+                          LOCAL_WORLD_SIZE=str(args.nproc))
+        host, port = args.master.rsplit(":", 1)
+        context = {"rank": rank, "local_rank": local_rank, "node_rank": args.node_rank, "nproc": args.nproc,
+                   "nnodes": args.nnodes, "master_addr": host, "master_port": int(port), "params": params}
+        result = module.run(context)
+        emit("result", rank=rank, local_rank=local_rank, **result)
+        code = 0
+    except BaseException as error:  # noqa: BLE001 - the worker reports, then exits non-zero
+        emit("error", rank=args.node_rank * args.nproc + local_rank, local_rank=local_rank,
+             error=f"{type(error).__name__}: {str(error)[:500]}")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _dump_stacks(pid: int) -> None:
+    py_spy = shutil.which("py-spy")
+    if py_spy:
+        subprocess.run([py_spy, "dump", "--pid", str(pid)], timeout=20, check=False,
+                       stdout=sys.stderr, stderr=subprocess.DEVNULL)
+    try:
+        os.kill(pid, signal.SIGUSR1)  # faulthandler prints every thread's stack to stderr
+    except ProcessLookupError:
+        pass
+
+
+def supervise(pids: dict[int, int], deadline: float) -> dict[int, dict[str, Any]]:
+    """Wait for the workers until the deadline; then dump, kill and reap the rest. local rank -> outcome."""
+    outcome: dict[int, dict[str, Any]] = {}
+    while len(outcome) < len(pids) and time.monotonic() < deadline:
+        for local_rank, pid in pids.items():
+            if local_rank in outcome:
+                continue
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                outcome[local_rank] = {"exit": os.waitstatus_to_exitcode(status), "killed": False}
+                if outcome[local_rank]["exit"] != 0:
+                    # a worker gave up (its collective timed out): the test is over, so whoever is still
+                    # running after a short grace is stuck, not slow
+                    deadline = min(deadline, time.monotonic() + STUCK_GRACE_S)
+        time.sleep(0.05)
+    stuck = {local_rank: pid for local_rank, pid in pids.items() if local_rank not in outcome}
+    for pid in stuck.values():
+        _dump_stacks(pid)
+    if stuck:
+        time.sleep(1.0)  # let faulthandler finish writing
+    for local_rank, pid in stuck.items():
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        outcome[local_rank] = {"exit": os.waitstatus_to_exitcode(status), "killed": True}
+    return outcome
+
+
+def main(argv: list[str]) -> int:
+    args = _arguments(argv)
+    for pair in args.env:
+        name, _, value = pair.partition("=")
+        os.environ[name] = value
+    params = json.loads(args.params)
+    # torch 2.13 renames the tensor collectives; the old names work from 2.4 on, which the nodes may run
+    warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+    module = importlib.import_module(TESTS[args.test])
+    import torch  # noqa: F401 - imported once here, inherited by every forked worker
+
+    started = time.monotonic()
+    deadline = started + args.deadline
+    pids: dict[int, int] = {}
+    pids_to_kill = pids
+
+    def stop(signum: int, frame: Any) -> None:  # the controller gave up: take the workers down too
+        for pid in pids_to_kill.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    sys.stdout.flush()
+    for local_rank in range(args.nproc):
+        pid = os.fork()
+        if pid == 0:
+            _worker(module, args, local_rank, params)
+        pids[local_rank] = pid
+    outcome = supervise(pids, deadline)
+    alive = [pid for pid in pids.values() if _alive(pid)]
+    emit("agent", node_rank=args.node_rank, workers={str(k): v for k, v in sorted(outcome.items())},
+         seconds=round(time.monotonic() - started, 3), left_alive=len(alive))
+    return 0 if all(v["exit"] == 0 for v in outcome.values()) else 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,132 @@
+"""Multi-node collectives: all_reduce, all_gather, reduce_scatter and all_to_all over a size sweep, on the
+whole world and on each rail (the ranks with the same local GPU index, as nccl-tests' ``SPLIT="MOD n"``).
+
+Each measurement fills the buffers so the right answer is known, checks it after the first call, and times
+``iters`` calls. Every call is *posted* asynchronously and logged with its sequence number before it is waited
+on with a short timeout: when a rank stops, its peers have posted a call it never did, and that is how the
+controller names it. Time spent outside collectives is reported per rank, because in a synchronous
+collective a straggler is the rank the others wait for, not the one that waits.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from fabric_tests.devices import device_for, init_group, synchronize
+from fabric_tests.protocol import emit
+
+#: nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md), with n the group size.
+BUS_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+
+
+class Buffers:
+    """Input, output and the expected output of one operation at one size, for one rank of a group."""
+
+    def __init__(self, op: str, nbytes: int, rank: int, n: int, device: torch.device) -> None:
+        count = max(n, nbytes // 4 // n * n)  # a multiple of the group size, as reduce_scatter needs
+        self.op, self.nbytes = op, count * 4
+        if op == "all_reduce":
+            self.input = torch.full((count,), float(rank + 1), device=device)
+            self.output = self.input
+            self.expected = torch.full((count,), n * (n + 1) / 2, device=device)
+        elif op == "all_gather":
+            part = count // n
+            self.input = torch.full((part,), float(rank + 1), device=device)
+            self.output = torch.empty(count, device=device)
+            self.expected = torch.arange(1, n + 1, device=device, dtype=torch.float32).repeat_interleave(part)
+        elif op == "reduce_scatter":
+            self.input = torch.full((count,), float(rank + 1), device=device)
+            self.output = torch.empty(count // n, device=device)
+            self.expected = torch.full((count // n,), n * (n + 1) / 2, device=device)
+        elif op == "all_to_all":
+            part = count // n
+            self.input = (torch.arange(n, device=device, dtype=torch.float32) + rank * 1000).repeat_interleave(part)
+            self.output = torch.empty(count, device=device)
+            self.expected = (torch.arange(n, device=device, dtype=torch.float32) * 1000 + rank).repeat_interleave(
+                part)
+        else:
+            raise ValueError(f"unknown collective {op}")
+
+    def reset(self, rank: int, n: int) -> None:
+        if self.op == "all_reduce":
+            self.input.fill_(float(rank + 1))
+
+    def post(self, group: dist.ProcessGroup) -> dist.Work:
+        if self.op == "all_reduce":
+            return dist.all_reduce(self.input, group=group, async_op=True)
+        if self.op == "all_gather":
+            return dist.all_gather_into_tensor(self.output, self.input, group=group, async_op=True)
+        if self.op == "reduce_scatter":
+            return dist.reduce_scatter_tensor(self.output, self.input, group=group, async_op=True)
+        return dist.all_to_all_single(self.output, self.input, group=group, async_op=True)
+
+    def correct(self) -> bool:
+        return bool(torch.equal(self.output, self.expected))
+
+
+class Sequencer:
+    """Posts every call, logs its sequence number, waits with the test's timeout."""
+
+    def __init__(self, rank: int, timeout_s: float) -> None:
+        self.rank, self.seq = rank, 0
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.waiting_s = 0.0
+
+    def call(self, buffers: Buffers, group: dist.ProcessGroup, label: str) -> None:
+        self.seq += 1
+        work = buffers.post(group)
+        emit("posted", rank=self.rank, seq=self.seq, op=label)
+        started = time.perf_counter()
+        work.wait(self.timeout)
+        self.waiting_s += time.perf_counter() - started
+
+
+def run(context: dict) -> dict:
+    params = context["params"]
+    rank, nproc, nnodes = context["rank"], context["nproc"], context["nnodes"]
+    world = nproc * nnodes
+    device = device_for(context["local_rank"])
+    init_group(context, rank, world, params["timeout_s"])
+    rails = [dist.new_group([node * nproc + lane for node in range(nnodes)]) for lane in range(nproc)]
+    scopes: list[tuple[str, dist.ProcessGroup | None, int]] = [("all", dist.group.WORLD, world)]
+    if nnodes > 1 and nproc > 1:
+        scopes.append((f"rail{context['local_rank']}", rails[context["local_rank"]], nnodes))
+    sequencer = Sequencer(rank, params["timeout_s"])
+    measured, outside_s = 0, 0.0
+    for scope, group, n in scopes:
+        group_rank = dist.get_rank(group)
+        for op in params["ops"]:
+            for nbytes in params["sizes"]:
+                buffers = Buffers(op, nbytes, group_rank, n, device)
+                label = f"{scope}/{op}/{buffers.nbytes}"
+                sequencer.call(buffers, group, label)
+                synchronize(device)
+                correct = buffers.correct()
+                for _ in range(params["warmup"]):
+                    buffers.reset(group_rank, n)
+                    sequencer.call(buffers, group, label)
+                waited_before = sequencer.waiting_s
+                started = time.perf_counter()
+                for _ in range(params["iters"]):
+                    sequencer.call(buffers, group, label)
+                synchronize(device)
+                elapsed = time.perf_counter() - started
+                outside_s += elapsed - (sequencer.waiting_s - waited_before)
+                seconds = elapsed / params["iters"]
+                emit("measurement", rank=rank, scope=scope, op=op, bytes=buffers.nbytes, ranks=n,
+                     time_us=round(seconds * 1e6, 3), correct=correct)
+                measured += 1
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"device": str(device), "measurements": measured, "outside_s": round(outside_s, 6),
+            "calls": sequencer.seq}

@@ -1,0 +1,42 @@
+"""The device a worker drives and the backend it talks through: CUDA and NCCL when the node has GPUs,
+the CPU and gloo otherwise (how CI and the simulated cluster run the same tests)."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def device_for(local_rank: int) -> torch.device:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    torch.set_num_threads(1)  # one core per worker, so workers of a node do not fight over threads
+    return torch.device("cpu")
+
+
+def compute_clock(device: torch.device):
+    """The clock that measures how long the *device* worked: the wall clock after a CUDA synchronise on a GPU;
+    on the CPU, the calling thread's CPU time, so several workers sharing a few cores are each timed by the
+    work they did rather than by the scheduler's choices."""
+    return time.perf_counter if device.type == "cuda" else time.thread_time
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def init_group(context: dict, rank: int, world_size: int, timeout_s: float) -> None:
+    """c10d rendezvous through a TCPStore that ``rank`` 0 serves at the master address."""
+    store = dist.TCPStore(context["master_addr"], context["master_port"], world_size, is_master=rank == 0,
+                          timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(backend(), store=store, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))

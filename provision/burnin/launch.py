@@ -1,0 +1,95 @@
+"""Starting a test on many nodes at once and reading back what each rank said.
+
+One agent per node (``fabric_tests.agent``) over that node's session, all in parallel; node rank 0 serves the
+c10d store. The agent enforces the deadline on its node; the session timeout (deadline plus a margin) is the
+backstop if the agent itself wedges, and kills the agent's whole process group. What comes back is parsed from
+the protocol lines only.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabric_tests.protocol import parse
+from provision.observe import CommandResult, open_session
+from provision.spec import LoadedSpec
+from provision.spec.semantics import ResolvedNode
+
+AGENT_MARGIN_S = 30.0
+
+
+@dataclass
+class NodeRun:
+    node: str
+    node_rank: int
+    command: CommandResult | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    connect_error: str = ""
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [record for record in self.records if record.get("type") == kind]
+
+    @property
+    def agent(self) -> dict[str, Any] | None:
+        found = self.of("agent")
+        return found[-1] if found else None
+
+    def stderr_tail(self, lines: int = 30) -> list[str]:
+        return (self.command.stderr.splitlines()[-lines:]) if self.command else []
+
+
+@dataclass
+class LaunchResult:
+    test: str
+    nodes: list[NodeRun]
+    nproc: int
+
+    def ranks(self) -> dict[int, str]:
+        """Global rank -> host."""
+        return {run.node_rank * self.nproc + local: run.node for run in self.nodes for local in range(self.nproc)}
+
+
+def free_port(seed: int | None = None) -> int:
+    """A port for the c10d store; random in a range kept clear of the usual services."""
+    return random.Random(seed).randrange(20000, 40000)
+
+
+def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, test: str, nproc: int,
+           params: dict[str, Any], deadline_s: float, master: str | None = None, port: int | None = None,
+           separate: bool = False) -> LaunchResult:
+    """Run ``test`` on ``nodes``. ``separate``: each node is its own world (single-node tests), with its
+    store on its own loopback at a port of its own."""
+    burnin = loaded.spec.burnin
+    base_port = port or free_port()
+    env = [f"--env={name}={value}" for name, value in sorted(burnin.nccl_env.items())]
+
+    def one(index_node: tuple[int, ResolvedNode]) -> NodeRun:
+        index, node = index_node
+        run = NodeRun(node.name, 0 if separate else index)
+        if separate:
+            where, nnodes = f"127.0.0.1:{base_port + index}", 1
+        else:
+            where, nnodes = f"{master or nodes[0].address}:{base_port}", len(nodes)
+        argv = [burnin.python, "-m", "fabric_tests.agent", "--test", test, "--nproc", str(nproc),
+                "--nnodes", str(nnodes), "--node-rank", str(run.node_rank), "--master", where,
+                "--deadline", f"{deadline_s:g}", *env, "--params", json.dumps(params, separators=(",", ":"))]
+        try:
+            session = open_session(loaded, node, state_dir)
+        except Exception as error:  # noqa: BLE001 - an unreachable node is this node's result
+            run.connect_error = f"{type(error).__name__}: {error}"
+            return run
+        try:
+            run.command = session.run(argv, deadline_s + AGENT_MARGIN_S)
+            run.records = parse(run.command.stdout)
+        finally:
+            session.close()
+        return run
+
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        runs = list(pool.map(one, enumerate(nodes)))
+    return LaunchResult(test, runs, nproc)

@@ -1,0 +1,92 @@
+"""Rank-layer faults of a simulated host, applied inside the processes a burn-in test starts there.
+
+Only the simulated node's ``python3`` puts this directory on the path, so it runs in test processes on
+simulated hosts and nowhere else. It reads the host's faults from its hardware root and, when there are any,
+wraps the torch entry points a fault acts on. Which process is hit is decided at call time from
+``LOCAL_RANK``, because the test launcher forks its workers after this runs. The tests themselves are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+
+def _faults() -> list[dict]:
+    root = os.environ.get("PROVISION_SIM_ROOT")
+    if not root:
+        return []
+    try:
+        with open(os.path.join(root, "var/lib/provision-sim/node.json"), encoding="utf-8") as handle:
+            return list(json.load(handle).get("rank_faults", []))
+    except (OSError, ValueError):
+        return []
+
+
+def _mine(fault: dict) -> bool:
+    return os.environ.get("LOCAL_RANK") == str(fault["local_rank"])
+
+
+def _install(faults: list[dict]) -> None:
+    import torch
+    import torch.distributed as dist
+
+    slow = [fault for fault in faults if fault["kind"] == "slow_gpu"]
+    corrupt = [fault for fault in faults if fault["kind"] == "rank_wrong_result"]
+    if slow or corrupt:
+        real_matmul = torch.matmul
+
+        def matmul(*args, **kwargs):
+            started = time.thread_time()
+            result = real_matmul(*args, **kwargs)
+            for fault in slow:
+                if _mine(fault):  # a device computing at `factor` of its peers' speed: it works longer
+                    until = time.thread_time() + (time.thread_time() - started) * (1 / fault["factor"] - 1)
+                    while time.thread_time() < until:
+                        pass
+            for fault in corrupt:
+                if _mine(fault):  # silent data corruption: one element off by one ulp-ish
+                    result = result.clone()
+                    flat = result.view(-1)
+                    flat[0] = flat[0] * (1 + 1e-6) + 1e-6
+            return result
+
+        torch.matmul = matmul
+
+    stalls = [fault for fault in faults if fault["kind"] in ("rank_hang", "rank_slow")]
+    if not stalls:
+        return
+    calls = {"n": 0}
+
+    def multi_node() -> bool:  # these faults live on the inter-node path (a lost packet, a slow NIC)
+        return os.environ.get("WORLD_SIZE", "1") != os.environ.get("LOCAL_WORLD_SIZE", "1")
+
+    def wrap(real):
+        def collective(*args, **kwargs):
+            if not multi_node():
+                return real(*args, **kwargs)
+            calls["n"] += 1
+            for fault in stalls:
+                if not _mine(fault):
+                    continue
+                if fault["kind"] == "rank_hang" and calls["n"] > fault["after_ops"]:
+                    while True:  # stopped for good: only the watchdog ends this process
+                        time.sleep(3600)
+            started = time.perf_counter()
+            result = real(*args, **kwargs)
+            if result is not None and hasattr(result, "wait"):
+                result.wait()
+            for fault in stalls:
+                if fault["kind"] == "rank_slow" and _mine(fault):
+                    time.sleep((time.perf_counter() - started) * (1 / fault["factor"] - 1))
+            return result
+        return collective
+
+    for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast"):
+        setattr(dist, name, wrap(getattr(dist, name)))
+
+
+_found = _faults()
+if _found:
+    _install(_found)
