@@ -15,12 +15,14 @@ posted are the ones that stopped (see ``fabric_tests.collectives``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,7 +41,8 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nproc", type=int, required=True)
     parser.add_argument("--nnodes", type=int, default=1)
     parser.add_argument("--node-rank", type=int, default=0)
-    parser.add_argument("--master", required=True, help="HOST:PORT of the c10d store (node rank 0 serves it)")
+    parser.add_argument("--master", required=True, help="HOST:PORT of the c10d store (node rank 0 serves it); "
+                        "'local' for a single-node world whose store this agent serves on a free port")
     parser.add_argument("--deadline", type=float, required=True)
     parser.add_argument("--env", action="append", default=[], metavar="K=V")
     parser.add_argument("--params", default="{}")
@@ -60,7 +63,7 @@ def _worker(module: Any, args: argparse.Namespace, local_rank: int, params: dict
         result = module.run(context)
         emit("result", rank=rank, local_rank=local_rank, **result)
         code = 0
-    except BaseException as error:  # noqa: BLE001 - the worker reports, then exits non-zero
+    except BaseException as error:
         emit("error", rank=args.node_rank * args.nproc + local_rank, local_rank=local_rank,
              error=f"{type(error).__name__}: {str(error)[:500]}")
     finally:
@@ -74,10 +77,8 @@ def _dump_stacks(pid: int) -> None:
     if py_spy:
         subprocess.run([py_spy, "dump", "--pid", str(pid)], timeout=20, check=False,
                        stdout=sys.stderr, stderr=subprocess.DEVNULL)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGUSR1)  # faulthandler prints every thread's stack to stderr
-    except ProcessLookupError:
-        pass
 
 
 def supervise(pids: dict[int, int], deadline: float) -> dict[int, dict[str, Any]]:
@@ -125,13 +126,15 @@ def main(argv: list[str]) -> int:
 
     def stop(signum: int, frame: Any) -> None:  # the controller gave up: take the workers down too
         for pid in pids_to_kill.values():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
+    if args.master == "local":  # a single-node world: no port to agree on, the OS picks a free one
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            args.master = f"127.0.0.1:{probe.getsockname()[1]}"
     sys.stdout.flush()
     for local_rank in range(args.nproc):
         pid = os.fork()

@@ -61,7 +61,7 @@ class Buffers:
         if self.op == "all_reduce":
             self.input.fill_(float(rank + 1))
 
-    def post(self, group: dist.ProcessGroup) -> dist.Work:
+    def post(self, group: dist.ProcessGroup | None) -> dist.Work:
         if self.op == "all_reduce":
             return dist.all_reduce(self.input, group=group, async_op=True)
         if self.op == "all_gather":
@@ -82,7 +82,7 @@ class Sequencer:
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.waiting_s = 0.0
 
-    def call(self, buffers: Buffers, group: dist.ProcessGroup, label: str) -> None:
+    def call(self, buffers: Buffers, group: dist.ProcessGroup | None, label: str) -> None:
         self.seq += 1
         work = buffers.post(group)
         emit("posted", rank=self.rank, seq=self.seq, op=label)

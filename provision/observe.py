@@ -11,6 +11,7 @@ simulator.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -109,10 +110,8 @@ class LocalSession:
 
 def _kill_group(process: subprocess.Popen[str]) -> None:
     """A timed-out probe leaves nothing behind: its whole process group goes."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 class SshSession:
@@ -150,7 +149,7 @@ class SshSession:
                 if self.environment else []
             result = self.connection.run(shlex.join([*prefix, *argv]), hide=True, warn=True, timeout=timeout_s,
                                          in_stream=False)
-        except Exception as error:  # noqa: BLE001 - a transport failure is this command's result
+        except Exception as error:
             timed_out = "timed out" in str(error).lower() or type(error).__name__ == "CommandTimedOut"
             return CommandResult(tuple(argv), 255, "", f"{type(error).__name__}: {error}",
                                  time.monotonic() - started, timed_out=timed_out)

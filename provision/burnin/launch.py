@@ -55,15 +55,16 @@ class LaunchResult:
 
 
 def free_port(seed: int | None = None) -> int:
-    """A port for the c10d store; random in a range kept clear of the usual services."""
-    return random.Random(seed).randrange(20000, 40000)
+    """A port for the multi-node c10d store: below Linux's ephemeral range (32768 up), where the workers'
+    own connections take their ports, and above the usual services."""
+    return random.Random(seed).randrange(20000, 32000)
 
 
 def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, test: str, nproc: int,
            params: dict[str, Any], deadline_s: float, master: str | None = None, port: int | None = None,
            separate: bool = False) -> LaunchResult:
-    """Run ``test`` on ``nodes``. ``separate``: each node is its own world (single-node tests), with its
-    store on its own loopback at a port of its own."""
+    """Run ``test`` on ``nodes``. ``separate``: each node is its own world (single-node tests), its store
+    served by its agent on a port the OS picks."""
     burnin = loaded.spec.burnin
     base_port = port or free_port()
     env = [f"--env={name}={value}" for name, value in sorted(burnin.nccl_env.items())]
@@ -72,7 +73,7 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
         index, node = index_node
         run = NodeRun(node.name, 0 if separate else index)
         if separate:
-            where, nnodes = f"127.0.0.1:{base_port + index}", 1
+            where, nnodes = "local", 1
         else:
             where, nnodes = f"{master or nodes[0].address}:{base_port}", len(nodes)
         argv = [burnin.python, "-m", "fabric_tests.agent", "--test", test, "--nproc", str(nproc),
@@ -80,7 +81,7 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
                 "--deadline", f"{deadline_s:g}", *env, "--params", json.dumps(params, separators=(",", ":"))]
         try:
             session = open_session(loaded, node, state_dir)
-        except Exception as error:  # noqa: BLE001 - an unreachable node is this node's result
+        except Exception as error:
             run.connect_error = f"{type(error).__name__}: {error}"
             return run
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from provision import hostlist
@@ -50,15 +50,26 @@ def _node(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     return verdicts
 
 
+def _collectives(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+    try:
+        verdicts = multinode.run_collectives_stage(context.loaded, nodes, context.store.state_dir,
+                                                   port=free_port(_seed(context) + 1),
+                                                   evidence_dir=context.run.path / "workers")
+    except multinode.CollectivesUnresolved as problem:
+        raise SystemicFailure(str(problem)) from None
+    context.advance(len(nodes))
+    return verdicts
+
+
 #: Stage name -> runner. A stage the spec selects but this release does not run is refused up front.
-STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node}
+STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "collectives": _collectives}
 
 
 class SystemicFailure(RuntimeError):
     """Too many nodes failed one stage for the cause to be the nodes."""
 
 
-def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: list[str]) -> tuple[
+def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: Sequence[str]) -> tuple[
         list[ResolvedNode], dict[str, str]]:
     """Nodes the burn-in takes, and why the others are left out."""
     taken, skipped = [], {}
@@ -90,7 +101,7 @@ class BurninPhase:
 
         stages = list(loaded.spec.burnin.stages)
         missing = unsupported_stages(loaded)
-        taken, skipped = eligible(store, targets, stages)
+        taken, skipped = eligible(store, targets, list(stages))
         summary = f"would burn in {len(taken)} node(s) through {', '.join(stages)}"
         if missing:
             summary += f"; this release cannot run stage(s) {', '.join(missing)}: nobody would be admitted"

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 #: (pattern, placeholder), applied in order; the order matters (UUIDs before hex, PCI addresses before numbers).
-REWRITES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(pattern), placeholder) for pattern, placeholder in (
+_RAW_REWRITES = (
     (r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "UUID"),
     (r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b", "UUID"),
     (r"\b(?:[0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}\b", "MAC"),
@@ -24,7 +24,8 @@ REWRITES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(pattern), 
     (r"\bpid=\d+", "pid=N"),
     (r"\b(nvme|sg|mem|CPU|cpu|irq |host|ib|eth|veth|mlx5_|card|renderD|loop|sd)\d+", r"\1N"),
     (r"\b\d+(\.\d+)?\b", "N"),
-))
+)
+REWRITES = tuple((re.compile(pattern), placeholder) for pattern, placeholder in _RAW_REWRITES)
 
 
 def normalize(message: str) -> str:
@@ -48,7 +49,9 @@ smpboot: .*
 DMAR: .*
 pci ADDR: \[HEX:HEX\] type N class HEX
 pci ADDR: .*
-pcieport ADDR: (AER|DPC|PME|pciehp): (enabled|Slot\(N\): (Attention button|Power Control|MRL Sensor|Power Indicator|Attention Indicator|Card present|Link Up)).*
+pcieport ADDR: (AER|DPC|PME|pciehp): enabled.*
+pcieport ADDR: pciehp: Slot\(N\): (Attention button|Power Control|MRL Sensor|Power Indicator|Attention Indicator).*
+pcieport ADDR: pciehp: Slot\(N\): (Card present|Link Up)
 iommu: Default domain type: .*
 NET: Registered PF_\w+ protocol family
 nvme nvmeN: .*

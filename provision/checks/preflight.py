@@ -90,7 +90,8 @@ def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
     limits = effective_thresholds(profile, spec.fabric, spec.burnin.thresholds)
     return Expectations(
         gpu_count=profile.gpu.count, gpu_model=gpu.name, driver=spec.software.gpu_driver,
-        gpu_pcie=(profile.pcie.gpu.gen, profile.pcie.gpu.width), hca_pcie=(profile.pcie.hca.gen, profile.pcie.hca.width),
+        gpu_pcie=(profile.pcie.gpu.gen, profile.pcie.gpu.width),
+        hca_pcie=(profile.pcie.hca.gen, profile.pcie.hca.width),
         rail_hcas=tuple(hca for hca, _ in sorted(profile.rails.items(), key=lambda item: item[1])),
         link_gbps=spec.fabric.link_gbps, nvlink_links=gpu.nvlink_links if profile.nvlink.present else 0,
         gpudirect=spec.host.gpudirect, acs_disable=spec.host.pcie_acs.disable, acs_scope=spec.host.pcie_acs.scope,
@@ -274,13 +275,13 @@ def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResul
                 failures.append(f"GPU {gpu['index']} ({gpu['pci.bus_id']}) can train only to Gen"
                                 f"{gpu['pcie.link.gen.max']}, the spec says Gen{expect.gpu_pcie[0]}")
     for hca in expect.rail_hcas:
-        device = devices.get(hca_addresses.get(hca, ""))
-        if device is None or device.link_status is None:
+        found = devices.get(hca_addresses.get(hca, ""))
+        if found is None or found.link_status is None:
             continue  # a missing HCA is the IB port check's finding
         gen, width = expect.hca_pcie
-        if device.link_status.width < width or device.link_status.speed_gts < GT_PER_GEN[gen]:
-            failures.append(f"{hca} ({device.address}) link {device.link_status.speed_gts:g} GT/s "
-                            f"x{device.link_status.width}, the spec says {GT_PER_GEN[gen]:g} GT/s x{width}")
+        if found.link_status.width < width or found.link_status.speed_gts < GT_PER_GEN[gen]:
+            failures.append(f"{hca} ({found.address}) link {found.link_status.speed_gts:g} GT/s "
+                            f"x{found.link_status.width}, the spec says {GT_PER_GEN[gen]:g} GT/s x{width}")
     limited = [line.message for line in kernel_log.parse_kernel_log(log_text) if "limited by" in line.message]
     failures += [f"kernel: {message}" for message in limited]
     return [_result("pcie_link", failures, f"{len(gpus)} GPU and {len(expect.rail_hcas)} HCA links at spec",
