@@ -218,7 +218,8 @@ def bus_bandwidth(result: LaunchResult) -> list[dict[str, Any]]:
         seconds = statistics.fmean(times) / 1e6
         algbw = nbytes / seconds / 1e9
         rows.append({"scope": scope, "op": op, "bytes": nbytes, "ranks": ranks, "time_us": round(seconds * 1e6, 3),
-                     "algbw_gbps": round(algbw, 4), "busbw_gbps": round(algbw * BUS_FACTOR[op](ranks), 4)})
+                     "algbw_gbps": float(f"{algbw:.6g}"),
+                     "busbw_gbps": float(f"{algbw * BUS_FACTOR[op](ranks):.6g}")})
     return rows
 
 
