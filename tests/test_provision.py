@@ -17,6 +17,8 @@ from provision.facts.packages import parse_dpkg_status, parse_proc_modules
 from tests.conftest import ROOT, run_cli
 from tests.simhelpers import SimHost, write_spec
 
+PROVISIONING = "simulate,register,provision"  # burn-in has its own tests
+
 FAULTS = [{"kind": "acs_enabled", "node": "sim01"}, {"kind": "wrong_driver", "node": "sim02"},
           {"kind": "peermem_missing", "node": "sim03"}, {"kind": "peermem_unregistered", "node": "sim04"}]
 
@@ -25,7 +27,7 @@ FAULTS = [{"kind": "acs_enabled", "node": "sim01"}, {"kind": "wrong_driver", "no
 def provisioned(tmp_path_factory) -> tuple[Path, Path, dict]:
     directory = tmp_path_factory.mktemp("provision")
     spec = write_spec(directory, FAULTS, hosts="sim[01-04]")
-    result = run_cli("apply", "--json", str(spec), timeout=600)
+    result = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600)
     assert result.returncode == 1, result.stderr  # sim04 cannot be fixed
     return spec, directory / ".provision" / "sim16", json.loads(result.stdout)
 
@@ -73,7 +75,7 @@ def test_settings_survive_a_reboot(provisioned) -> None:
 
 def test_second_apply_changes_nothing_and_plan_shows_only_drift(provisioned) -> None:
     spec, state, _applied = provisioned
-    again = run_cli("apply", "--json", str(spec), "--limit", "sim[01-03]", timeout=600)
+    again = run_cli("apply", "--json", str(spec), "--limit", "sim[01-03]", "--phases", PROVISIONING, timeout=600)
     assert again.returncode == 0, again.stderr
     record = Path(json.loads(again.stdout)["run_dir"]) / "provision.json"
     assert [host["changed"] for host in json.loads(record.read_text())] == [0, 0, 0]
@@ -109,8 +111,9 @@ def test_sigint_mid_run_leaves_consistent_state_and_the_next_apply_continues(tmp
     import time
 
     spec = write_spec(tmp_path, [{"kind": "wrong_driver", "node": "sim02"}], hosts="sim[01-02]")
-    process = subprocess.Popen([sys.executable, "-m", "provision", "apply", str(spec)], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen([sys.executable, "-m", "provision", "apply", str(spec), "--phases", PROVISIONING],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     runs = tmp_path / ".provision" / "sim16" / "runs"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait until the playbook is really running tasks
@@ -132,7 +135,7 @@ def test_sigint_mid_run_leaves_consistent_state_and_the_next_apply_continues(tmp
     # every process of the run (ansible-playbook, its forks, the module shells) names a path under tmp_path
     leftovers = subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout.strip() == "", f"processes outlived the run:\n{leftovers.stdout}"
-    again = run_cli("apply", "--json", str(spec), timeout=600)
+    again = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600)
     assert again.returncode == 0, again.stderr
     final = json.loads(run_cli("status", "--json", str(spec)).stdout)
     assert {node["state"] for node in final["nodes"]} == {"provisioned"}
