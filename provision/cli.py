@@ -227,7 +227,7 @@ def burnin(spec: Path, state_dir: Path | None, limit: str | None, wait_lock: flo
 
         result = pipeline.apply(loaded, target, argv=sys.argv[1:], limit=limit, phases=phases,
                                 wait_lock_s=wait_lock, on_run_created=remember, progress=progress, forks=forks,
-                                command="burnin")
+                                command="burnin", retest_quarantined=True)
     report = next(report for report in result.reports if report.name == "burnin") if any(
         report.name == "burnin" for report in result.reports) else None
     with StateStore(target) as store:

@@ -59,6 +59,7 @@ class PhaseContext:
     advance: Callable[[int], None] = lambda steps: None
     forks: int = 8
     secrets: dict[str, str] = field(default_factory=dict)  # never logged, stored or written to the run
+    retest_quarantined: bool = False  # burn-in takes quarantined nodes back (``provision burnin``)
 
 
 @dataclass
@@ -273,6 +274,7 @@ def apply(
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
     forks: int | None = None,
     command: str = "apply",
+    retest_quarantined: bool = False,
 ) -> ApplyResult:
     """Run the selected phases against the spec under the cluster lock (``command`` names the run)."""
     chosen = select_phases(phases)
@@ -298,7 +300,7 @@ def apply(
                 run.event("phase.started", phase=phase.name)
                 advance = progress(phase.description, len(targets)) if progress else (lambda steps: None)
                 context = PhaseContext(loaded, store, run, targets, advance, forks or loaded.spec.connection.forks,
-                                       secrets)
+                                       secrets, retest_quarantined)
                 try:
                     report = phase.run(context)
                 except SystemicFailure as failure:

@@ -79,7 +79,7 @@ def test_second_apply_changes_nothing_and_plan_shows_only_drift(provisioned) -> 
     assert again.returncode == 0, again.stderr
     record = Path(json.loads(again.stdout)["run_dir"]) / "provision.json"
     assert [host["changed"] for host in json.loads(record.read_text())] == [0, 0, 0]
-    clean = run_cli("plan", str(spec), "--limit", "sim[01-03]", timeout=600)
+    clean = run_cli("plan", str(spec), "--limit", "sim[01-03]", "--phases", PROVISIONING, timeout=600)
     assert clean.stdout.strip() == "No changes: sim16 (4 nodes) matches the spec.", clean.stdout
     SimHost(state, "sim02").run("setpci", "-s", "0000:37:01.0", "ECAP_ACS+0x6.w=001d")  # someone re-enabled ACS
     drift = run_cli("plan", "--json", str(spec), "--limit", "sim[01-03]", timeout=600)

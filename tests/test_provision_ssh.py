@@ -145,3 +145,21 @@ def test_an_unreachable_host_is_reported_and_the_others_carry_on(ssh_cluster, tm
     reasons = {node["name"]: node["reason"] for node in status["nodes"]}
     assert reasons["sim03"].startswith("unreachable:")
     assert {node["name"]: node["state"] for node in status["nodes"]}["sim01"] == "provisioned"
+
+
+def test_preflight_checks_run_over_ssh(ssh_cluster) -> None:
+    """The burn-in's read-only probes go over one SSH session per host (fabric, host keys checked)."""
+    spec, _state = ssh_cluster
+    data = yaml.safe_load(spec.read_text())
+    data["burnin"]["stages"] = ["preflight"]
+    preflight_only = spec.parent / "spec-preflight.yaml"
+    preflight_only.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run_cli("burnin", "--json", str(preflight_only), "--state-dir", str(spec.parent / ".provision" / "sim16"),
+                     timeout=300)
+    payload = json.loads(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert {row["node"]: row["state"] for row in payload["nodes"]} == {"sim01": "admitted", "sim02": "admitted"}
+    verdicts = json.loads((Path(payload["run_dir"]) / "burnin-preflight.json").read_text())
+    for verdict in verdicts:
+        outcomes = {result["check"]: result["outcome"] for result in verdict["results"]}
+        assert outcomes["ib_ports"] == outcomes["acs"] == outcomes["peermem"] == outcomes["gpu_count"] == "ok"

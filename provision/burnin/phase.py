@@ -69,9 +69,13 @@ class SystemicFailure(RuntimeError):
     """Too many nodes failed one stage for the cause to be the nodes."""
 
 
-def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: Sequence[str]) -> tuple[
-        list[ResolvedNode], dict[str, str]]:
-    """Nodes the burn-in takes, and why the others are left out."""
+def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: Sequence[str], *,
+             retest_quarantined: bool) -> tuple[list[ResolvedNode], dict[str, str]]:
+    """Nodes the burn-in takes, and why the others are left out.
+
+    ``apply`` leaves quarantined nodes alone (re-testing a node nobody repaired proves nothing and costs the
+    fabric); ``provision burnin`` takes them back in at the stage they failed, which is what an operator runs
+    after a repair."""
     taken, skipped = [], {}
     for node in nodes:
         record = store.node(node.name) if store else None
@@ -81,7 +85,7 @@ def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: Sequen
             skipped[node.name] = "drained by an operator"
         elif record.state is NodeState.ADMITTED:
             skipped[node.name] = "already admitted"
-        elif record.state is NodeState.QUARANTINED and record.stage not in stages:
+        elif record.state is NodeState.QUARANTINED and (record.stage not in stages or not retest_quarantined):
             skipped[node.name] = f"quarantined in {record.stage or 'an earlier phase'}: {record.reason}"
         else:
             taken.append(node)
@@ -101,11 +105,14 @@ class BurninPhase:
 
         stages = list(loaded.spec.burnin.stages)
         missing = unsupported_stages(loaded)
-        taken, skipped = eligible(store, targets, list(stages))
-        summary = f"would burn in {len(taken)} node(s) through {', '.join(stages)}"
+        taken, skipped = eligible(store, targets, stages, retest_quarantined=False)
+        if not taken:
+            return PhaseReport(self.name, f"no node to burn in ({len(skipped)} left as they are)", {})
+        names = hostlist.compress([node.name for node in taken])
+        summary = f"would burn in {len(taken)} node(s) through {', '.join(stages)}: {names}"
         if missing:
             summary += f"; this release cannot run stage(s) {', '.join(missing)}: nobody would be admitted"
-        return PhaseReport(self.name, summary, {"nodes": [node.name for node in taken], "skipped": skipped})
+        return PhaseReport(self.name, summary, {"nodes": [node.name for node in taken]})
 
     def run(self, context: Any):
         from provision.pipeline import PhaseReport, UsageProblem
@@ -116,7 +123,7 @@ class BurninPhase:
         if missing:
             raise UsageProblem(f"burnin.stages lists {', '.join(missing)}, which this release does not run; "
                                f"it runs: {', '.join(STAGES)}")
-        taken, skipped = eligible(store, context.targets, stages)
+        taken, skipped = eligible(store, context.targets, stages, retest_quarantined=context.retest_quarantined)
         if not taken:
             return PhaseReport(self.name, "no node to burn in", {"skipped": skipped})
         campaign, resumed = store.open_campaign(run.id, stages, loaded.sha256)

@@ -228,7 +228,7 @@ def _write_bin_template(directory: Path) -> Path:
             "#!/bin/sh\n"
             f'PYTHONPATH="{source}${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH\n'
             f'python="{sys.executable}"\n'
-            '[ -x "$python" ] || python=python3\n'
+            '[ -x "$python" ] || python=/usr/bin/python3  # not PATH: python3 there is the node stand-in\n'
             f'exec "$python" -m provision.sim.tools --root "${{0%/*}}/../root" {tool} "$@"\n'
         )
         script.chmod(0o755)
