@@ -130,7 +130,7 @@ class SshSession:
         self.host = host
         self.root = root.rstrip("/")
         self.environment = dict(environment or {})
-        connect_kwargs: dict[str, Any] = {"timeout": timeout_s, "banner_timeout": timeout_s}
+        connect_kwargs: dict[str, Any] = {"banner_timeout": timeout_s}
         if key_file:
             connect_kwargs["key_filename"] = str(key_file)
         self.connection = Connection(address, user=user, port=port, connect_kwargs=connect_kwargs,
@@ -141,6 +141,7 @@ class SshSession:
             client.load_host_keys(str(known_hosts))
         else:
             client.load_system_host_keys()
+        self.connection.open()  # now, once: the checks then share it from several threads
 
     def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
         started = time.monotonic()
