@@ -160,6 +160,22 @@ def plan(spec: Path, state_dir: Path | None, limit: str | None, phases: str | No
     return EXIT_OK
 
 
+def _run_pipeline(loaded: LoadedSpec, target: Path, *, show_progress: bool, **options: Any) -> pipeline.ApplyResult:
+    """The pipeline with live progress bars on a terminal; the run in flight is remembered for error reports."""
+
+    def remember(run: RunRecord) -> None:
+        _Session.run = run
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not (show_progress and out.is_terminal)) as bars:
+        def progress(description: str, total: int):
+            task = bars.add_task(description, total=total)
+            return lambda steps: bars.advance(task, steps)
+
+        return pipeline.apply(loaded, target, argv=sys.argv[1:], on_run_created=remember, progress=progress,
+                              **options)
+
+
 @cli.command()
 @click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
 @state_dir_option
@@ -174,19 +190,8 @@ def apply(spec: Path, state_dir: Path | None, limit: str | None, phases: str | N
     """Converge the cluster to SPEC and record the run."""
     loaded = load_spec(spec)
     target = _state_dir(loaded, state_dir)
-
-    def remember(run: RunRecord) -> None:
-        _Session.run = run
-
-    show_progress = not as_json and out.is_terminal
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True, disable=not show_progress) as bars:
-        def progress(description: str, total: int):
-            task = bars.add_task(description, total=total)
-            return lambda steps: bars.advance(task, steps)
-
-        result = pipeline.apply(loaded, target, argv=sys.argv[1:], limit=limit, phases=phases,
-                                wait_lock_s=wait_lock, on_run_created=remember, progress=progress, forks=forks)
+    result = _run_pipeline(loaded, target, show_progress=not as_json, limit=limit, phases=phases,
+                           wait_lock_s=wait_lock, forks=forks)
     if as_json:
         _emit_json({"run_id": result.run.id, "run_dir": str(result.run.path), "exit_code": result.exit_code,
                     "phases": [{"phase": r.name, "summary": r.summary, **r.details} for r in result.reports],
@@ -213,23 +218,10 @@ def burnin(spec: Path, state_dir: Path | None, limit: str | None, wait_lock: flo
     """Run the burn-in stages alone on provisioned nodes; admit or quarantine each (resumes an interrupted one)."""
     loaded = load_spec(spec)
     target = _state_dir(loaded, state_dir)
-
-    def remember(run: RunRecord) -> None:
-        _Session.run = run
-
     phases = "simulate,register,burnin" if loaded.spec.simulation is not None else "register,burnin"
-    show_progress = not as_json and out.is_terminal
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True, disable=not show_progress) as bars:
-        def progress(description: str, total: int):
-            task = bars.add_task(description, total=total)
-            return lambda steps: bars.advance(task, steps)
-
-        result = pipeline.apply(loaded, target, argv=sys.argv[1:], limit=limit, phases=phases,
-                                wait_lock_s=wait_lock, on_run_created=remember, progress=progress, forks=forks,
-                                command="burnin", retest_quarantined=True)
-    report = next(report for report in result.reports if report.name == "burnin") if any(
-        report.name == "burnin" for report in result.reports) else None
+    result = _run_pipeline(loaded, target, show_progress=not as_json, limit=limit, phases=phases,
+                           wait_lock_s=wait_lock, forks=forks, command="burnin", retest_quarantined=True)
+    report = next((report for report in result.reports if report.name == "burnin"), None)
     with StateStore(target) as store:
         names = {node.name for node in result.targets}
         nodes = [record for record in store.nodes() if record.name in names]
