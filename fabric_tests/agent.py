@@ -122,10 +122,9 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     deadline = started + args.deadline
     pids: dict[int, int] = {}
-    pids_to_kill = pids
 
     def stop(signum: int, frame: Any) -> None:  # the controller gave up: take the workers down too
-        for pid in pids_to_kill.values():
+        for pid in pids.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         os._exit(128 + signum)

@@ -12,21 +12,12 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
 from fabric_tests.devices import device_for, init_group, synchronize
 from fabric_tests.protocol import emit
-
-#: nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md), with n the group size.
-BUS_FACTOR: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-}
 
 
 class Buffers:
@@ -57,7 +48,7 @@ class Buffers:
         else:
             raise ValueError(f"unknown collective {op}")
 
-    def reset(self, rank: int, n: int) -> None:
+    def reset(self, rank: int) -> None:
         if self.op == "all_reduce":
             self.input.fill_(float(rank + 1))
 
@@ -113,7 +104,7 @@ def run(context: dict) -> dict:
                 synchronize(device)
                 correct = buffers.correct()
                 for _ in range(params["warmup"]):
-                    buffers.reset(group_rank, n)
+                    buffers.reset(group_rank)
                     sequencer.call(buffers, group, label)
                 waited_before = sequencer.waiting_s
                 started = time.perf_counter()

@@ -61,7 +61,7 @@ def free_port(seed: int | None = None) -> int:
 
 
 def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, test: str, nproc: int,
-           params: dict[str, Any], deadline_s: float, master: str | None = None, port: int | None = None,
+           params: dict[str, Any], deadline_s: float, port: int | None = None,
            separate: bool = False) -> LaunchResult:
     """Run ``test`` on ``nodes``. ``separate``: each node is its own world (single-node tests), its store
     served by its agent on a port the OS picks."""
@@ -75,7 +75,7 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
         if separate:
             where, nnodes = "local", 1
         else:
-            where, nnodes = f"{master or nodes[0].address}:{base_port}", len(nodes)
+            where, nnodes = f"{nodes[0].address}:{base_port}", len(nodes)
         argv = [burnin.python, "-m", "fabric_tests.agent", "--test", test, "--nproc", str(nproc),
                 "--nnodes", str(nnodes), "--node-rank", str(run.node_rank), "--master", where,
                 "--deadline", f"{deadline_s:g}", *env, "--params", json.dumps(params, separators=(",", ":"))]

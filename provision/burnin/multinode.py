@@ -29,12 +29,6 @@ def _limits(loaded: LoadedSpec, node: ResolvedNode) -> dict[str, float]:
         spec.hardware[node.hardware], spec.fabric, spec.burnin.thresholds).items()}
 
 
-def _verdict(loaded: LoadedSpec, node: str, stage: str, results: list[CheckResult]) -> NodeVerdict:
-    admission = loaded.spec.admission
-    return judge(node, stage, results, warnings_block=admission.warnings_block_admission,
-                 unknown_blocks=admission.unknown_blocks_admission)
-
-
 def _unfinished(run: NodeRun, expected: int) -> list[str]:
     """Why some of this node's workers gave no result (connection, error, killed), one line each."""
     if run.connect_error:
@@ -52,7 +46,7 @@ def _unfinished(run: NodeRun, expected: int) -> list[str]:
     missing = [local for local in range(expected) if local not in reported]
     if missing and not problems:
         problems.append(f"GPUs {missing} gave no result")
-    return problems if missing or problems else []
+    return problems
 
 
 # -- node stage -------------------------------------------------------------------------------------------
@@ -66,7 +60,7 @@ def node_params(loaded: LoadedSpec, seed: int) -> dict[str, Any]:
             "timeout_s": _limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
 
 
-def judge_node(node: ResolvedNode, run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckResult]:
+def judge_node(run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckResult]:
     problems = _unfinished(run, gpus)
     if problems:
         return [CheckResult("node_test", Outcome.FAILED, problems[0], "look at the worker's stack dump in the run "
@@ -123,32 +117,32 @@ def judge_node(node: ResolvedNode, run: NodeRun, gpus: int, limits: dict[str, fl
     return checks
 
 
-def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int, port: int,
+def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
                   evidence_dir: Path, batch: int) -> dict[str, list[CheckResult]]:
     checks = {}
     for start in range(0, len(nodes), batch):
         chunk = nodes[start:start + batch]
         gpus = loaded.spec.hardware[chunk[0].hardware].gpu.count
         result = launch(loaded, state_dir, chunk, test="node", nproc=gpus, params=node_params(loaded, seed),
-                        deadline_s=NODE_DEADLINE_S, port=port + start, separate=True)
+                        deadline_s=NODE_DEADLINE_S, separate=True)
         _keep_logs(result, evidence_dir)
         for node, run in zip(chunk, result.nodes, strict=True):
             count = loaded.spec.hardware[node.hardware].gpu.count
-            checks[node.name] = judge_node(node, run, count, _limits(loaded, node))
+            checks[node.name] = judge_node(run, count, _limits(loaded, node))
     return checks
 
 
 def run_node_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
-                   port: int, evidence_dir: Path) -> list[NodeVerdict]:
+                   evidence_dir: Path) -> list[NodeVerdict]:
     """All nodes, ``connection.forks`` at a time; a node slow on matmul is measured again, alone, before it
     fails: a slow GPU is slow every time, a busy machine is not."""
-    checks = _node_batches(loaded, nodes, state_dir, seed=seed, port=port, evidence_dir=evidence_dir,
+    checks = _node_batches(loaded, nodes, state_dir, seed=seed, evidence_dir=evidence_dir,
                            batch=max(1, loaded.spec.connection.forks))
     slow_only = [node for node in nodes
                  if {result.check for result in checks[node.name] if result.outcome is Outcome.FAILED} == {"matmul"}]
     if slow_only:
-        again = _node_batches(loaded, slow_only, state_dir, seed=seed, port=port + len(nodes),
-                              evidence_dir=evidence_dir / "repeat", batch=1)
+        again = _node_batches(loaded, slow_only, state_dir, seed=seed, evidence_dir=evidence_dir / "repeat",
+                              batch=1)
         for node in slow_only:
             first = next(result for result in checks[node.name] if result.check == "matmul")
             second = next((result for result in again[node.name] if result.check == "matmul"), None)
@@ -160,7 +154,7 @@ def run_node_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pat
             else:
                 second.message += " (confirmed on a repeat)"
             checks[node.name] = again[node.name]
-    return [_verdict(loaded, node.name, "node", checks[node.name]) for node in nodes]
+    return [judge(loaded.spec.admission, node.name, "node", checks[node.name]) for node in nodes]
 
 
 def _keep_logs(result: LaunchResult, directory: Path) -> None:
@@ -173,6 +167,7 @@ def _keep_logs(result: LaunchResult, directory: Path) -> None:
 
 # -- collectives stage ------------------------------------------------------------------------------------
 
+#: nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md), with n the group size.
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
 MAX_ATTEMPTS = 3
@@ -209,9 +204,7 @@ def bus_bandwidth(result: LaunchResult) -> list[dict[str, Any]]:
     grouped: dict[tuple[str, str, int, int], list[float]] = {}
     for run in result.nodes:
         for record in run.of("measurement"):
-            scope = "rail" if record["scope"].startswith("rail") else record["scope"]
-            key = (record["scope"] if scope == "all" else scope + record["scope"][4:], record["op"],
-                   record["bytes"], record["ranks"])
+            key = (record["scope"], record["op"], record["bytes"], record["ranks"])
             grouped.setdefault(key, []).append(record["time_us"])
     rows = []
     for (scope, op, nbytes, ranks), times in sorted(grouped.items()):
@@ -301,19 +294,19 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
                 f"(robust z {score:g} > {limits['outlier_mad']:g})", "check that GPU's clocks and its HCA; "
                 "run the pair tests on its rail", [f"first run z {suspects[host]:g}, repeat z {score:g}"]))
         break
-    (evidence_dir).mkdir(parents=True, exist_ok=True)
+    evidence_dir.mkdir(parents=True, exist_ok=True)
     (evidence_dir / "collectives.json").write_text(json.dumps(report, indent=2))
     verdicts = []
     finished = report[-1] if report else {}
     for node in nodes:
         if node.name in failed:
-            verdicts.append(_verdict(loaded, node.name, "collectives", failed[node.name]))
+            verdicts.append(judge(loaded.spec.admission, node.name, "collectives", failed[node.name]))
         elif "busbw" in finished:
-            verdicts.append(_verdict(loaded, node.name, "collectives", [CheckResult(
+            verdicts.append(judge(loaded.spec.admission, node.name, "collectives", [CheckResult(
                 "collectives", Outcome.OK, f"{len(finished['busbw'])} measurements correct on "
                 f"{len(remaining)} nodes; no straggler")]))
         else:
-            verdicts.append(_verdict(loaded, node.name, "collectives", [CheckResult(
+            verdicts.append(judge(loaded.spec.admission, node.name, "collectives", [CheckResult(
                 "collectives", Outcome.UNKNOWN, "the collectives never completed after removing the nodes that "
                 "stopped them", "re-run the burn-in")]))
     return verdicts

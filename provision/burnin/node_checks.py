@@ -30,12 +30,8 @@ def check_node(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> list[
 
 def run_preflight(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, forks: int,
                   on_node=lambda verdict: None) -> list[NodeVerdict]:
-    admission = loaded.spec.admission
-
     def one(node: ResolvedNode) -> NodeVerdict:
-        verdict = judge(node.name, "preflight", check_node(loaded, node, state_dir),
-                        warnings_block=admission.warnings_block_admission,
-                        unknown_blocks=admission.unknown_blocks_admission)
+        verdict = judge(loaded.spec.admission, node.name, "preflight", check_node(loaded, node, state_dir))
         on_node(verdict)
         return verdict
 

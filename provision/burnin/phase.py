@@ -9,7 +9,8 @@ A quarantined node re-enters at the stage it failed: after repair it runs prefli
 touches hardware) and then the stages from the one it failed, the stages in between carried from the campaign
 in which it passed them.
 
-When more than ``admission.max_failure_percent.burnin`` of a stage's nodes fail, the failure looks systemic (a
+When more than ``admission.max_failure_percent.burnin`` of the burn-in's nodes fail one stage, the failure looks
+systemic (a
 threshold, the fabric, the spec) rather than a set of bad nodes: nobody is quarantined for it, the phase stops,
 and the nodes stay in burning-in at that stage for the operator to look at.
 """
@@ -43,9 +44,8 @@ def _seed(context: Any) -> int:
 
 
 def _node(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
-    seed = _seed(context)
-    verdicts = multinode.run_node_stage(context.loaded, nodes, context.store.state_dir, seed=seed,
-                                        port=free_port(seed), evidence_dir=context.run.path / "workers")
+    verdicts = multinode.run_node_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
+                                        evidence_dir=context.run.path / "workers")
     context.advance(len(nodes))
     return verdicts
 
@@ -53,7 +53,7 @@ def _node(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
 def _collectives(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     try:
         verdicts = multinode.run_collectives_stage(context.loaded, nodes, context.store.state_dir,
-                                                   port=free_port(_seed(context) + 1),
+                                                   port=free_port(_seed(context)),
                                                    evidence_dir=context.run.path / "workers")
     except multinode.CollectivesUnresolved as problem:
         raise SystemicFailure(str(problem)) from None
@@ -134,11 +134,9 @@ class BurninPhase:
         failed: set[str] = set()
         budget = loaded.spec.admission.max_failure_percent.burnin
         for index, stage in enumerate(stages):
-            due = [node for node in taken if node.name not in failed and start[node.name] <= index
-                   and stage not in passed.get(node.name, set())]
-            if stage == "preflight":  # re-entering nodes always pass preflight again
-                due = [node for node in taken if node.name not in failed
-                       and stage not in passed.get(node.name, set())]
+            # re-entering nodes start at the stage they failed, but always pass preflight again
+            due = [node for node in taken if node.name not in failed and stage not in passed.get(node.name, set())
+                   and (start[node.name] <= index or stage == "preflight")]
             if not due:
                 continue
             for node in due:

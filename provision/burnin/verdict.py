@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provision.checks.outcome import CheckResult, blocking
+from provision.spec.model import Admission
 
 
 @dataclass
@@ -41,7 +42,7 @@ class NodeVerdict:
                 "results": [result.as_dict() for result in self.results]}
 
 
-def judge(node: str, stage: str, results: list[CheckResult], *, warnings_block: bool,
-          unknown_blocks: bool) -> NodeVerdict:
-    return NodeVerdict(node, stage, results, blocking(results, warnings_block=warnings_block,
-                                                      unknown_blocks=unknown_blocks))
+def judge(admission: Admission, node: str, stage: str, results: list[CheckResult]) -> NodeVerdict:
+    """The node's verdict under the spec's admission policy (do warnings, do unknowns keep it out)."""
+    return NodeVerdict(node, stage, results, blocking(results, warnings_block=admission.warnings_block_admission,
+                                                      unknown_blocks=admission.unknown_blocks_admission))

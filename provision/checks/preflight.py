@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from provision.checks import kernel_allowlist
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, system
+from provision.facts.packages import parse_proc_modules
 from provision.observe import CommandResult, HostSession
 from provision.spec import LoadedSpec
 from provision.spec.catalog import GPU_MODELS
@@ -109,6 +111,7 @@ class Gathered:
     files: dict[str, str | None] = field(default_factory=dict)
     links: dict[str, dict[str, str]] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
+    parsed: dict[str, Any] = field(default_factory=dict, repr=False)  # each output parsed once, for every check
 
 
 def collect(session: HostSession, timeout_s: float) -> Gathered:
@@ -146,6 +149,23 @@ def _need(gathered: Gathered, *names: str) -> list[str]:
     return [gathered.outputs[name] for name in names]
 
 
+def _parse(gathered: Gathered, name: str, parser: Callable[[str], Any]) -> Any:
+    """``parser`` over probe ``name``'s output, once per host however many checks read it."""
+    if name not in gathered.parsed:
+        (text,) = _need(gathered, name)
+        gathered.parsed[name] = parser(text)
+    return gathered.parsed[name]
+
+
+def _kernel_lines(gathered: Gathered) -> list[kernel_log.KernelLine]:
+    return _parse(gathered, "kernel_log", kernel_log.parse_kernel_log)
+
+
+def _pci_devices(gathered: Gathered) -> dict[str, lspci.PciDeviceFacts]:
+    return _parse(gathered, "lspci", lambda text: {device.address: device
+                                                   for device in lspci.parse_lspci_verbose(text)})
+
+
 def _result(check: str, failures: list[str], ok: str, remediation: str, *, outcome: Outcome = Outcome.FAILED,
             evidence: list[str] | None = None) -> CheckResult:
     if not failures:
@@ -155,8 +175,7 @@ def _result(check: str, failures: list[str], ok: str, remediation: str, *, outco
 
 
 def _gpus(gathered: Gathered) -> list[dict[str, str]]:
-    (text,) = _need(gathered, "gpus")
-    return nvidia_smi.parse_query_csv(text, GPU_FIELDS)
+    return _parse(gathered, "gpus", lambda text: nvidia_smi.parse_query_csv(text, GPU_FIELDS))
 
 
 def check_gpu_count(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
@@ -223,8 +242,7 @@ def check_row_remap(gathered: Gathered, expect: Expectations) -> list[CheckResul
 
 
 def check_xid(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    (text,) = _need(gathered, "kernel_log")
-    xids = kernel_log.find_xids(kernel_log.parse_kernel_log(text))
+    xids = kernel_log.find_xids(_kernel_lines(gathered))
     hardware = [xid for xid in xids if xid.code in HARDWARE_XIDS]
     chosen, outcome = (hardware, Outcome.FAILED) if hardware else (xids, Outcome.WARNING)
     failures = [f"Xid {xid.code} on GPU {xid.pci}: {xid.detail}" for xid in chosen]
@@ -238,8 +256,7 @@ def _owned_elsewhere(message: str) -> bool:
 
 
 def check_kernel_log(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    (text,) = _need(gathered, "kernel_log")
-    messages = [line.message for line in kernel_log.parse_kernel_log(text) if not _owned_elsewhere(line.message)]
+    messages = [line.message for line in _kernel_lines(gathered) if not _owned_elsewhere(line.message)]
     left = kernel_allowlist.unexpected(messages, list(expect.allowlist))
     result = _result("kernel_log", [f"{len(left)} kernel message(s) outside the allowlist: {left[0]}"] if left else [],
                      f"{len(messages)} kernel messages, all allowlisted",
@@ -259,8 +276,7 @@ def _hca_addresses(gathered: Gathered) -> dict[str, str]:
 
 
 def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    lspci_text, log_text = _need(gathered, "lspci", "kernel_log")
-    devices = {device.address: device for device in lspci.parse_lspci_verbose(lspci_text)}
+    devices, lines = _pci_devices(gathered), _kernel_lines(gathered)
     gpus = [device for device in devices.values() if device.kind == "3D controller" and "NVIDIA" in device.description]
     hca_addresses = _hca_addresses(gathered)
     failures = []
@@ -282,7 +298,7 @@ def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResul
         if found.link_status.width < width or found.link_status.speed_gts < GT_PER_GEN[gen]:
             failures.append(f"{hca} ({found.address}) link {found.link_status.speed_gts:g} GT/s "
                             f"x{found.link_status.width}, the spec says {GT_PER_GEN[gen]:g} GT/s x{width}")
-    limited = [line.message for line in kernel_log.parse_kernel_log(log_text) if "limited by" in line.message]
+    limited = [line.message for line in lines if "limited by" in line.message]
     failures += [f"kernel: {message}" for message in limited]
     return [_result("pcie_link", failures, f"{len(gpus)} GPU and {len(expect.rail_hcas)} HCA links at spec",
                     "reboot to retrain the link; reseat the card or riser if it stays low")]
@@ -294,7 +310,7 @@ def check_peermem(gathered: Gathered, expect: Expectations) -> list[CheckResult]
     if gathered.files.get("nv_mem") is not None:
         return [CheckResult("peermem", Outcome.OK, "nvidia-peermem registered (nv_mem "
                             f"{(gathered.files['nv_mem'] or '').strip()})")]
-    modules = system_modules(gathered.files.get("modules") or "")
+    modules = parse_proc_modules(gathered.files.get("modules") or "")
     why = ("nvidia_peermem is loaded but not registered with ib_core" if "nvidia_peermem" in modules
            else "nvidia_peermem is not loaded")
     return [CheckResult("peermem", Outcome.FAILED, why, "re-run provision apply (gpudirect); a module that loads "
@@ -302,15 +318,10 @@ def check_peermem(gathered: Gathered, expect: Expectations) -> list[CheckResult]
                         ["/sys/kernel/mm/memory_peers/nv_mem/version is absent"])]
 
 
-def system_modules(text: str) -> set[str]:
-    return {line.split()[0] for line in text.splitlines() if line.split()}
-
-
 def check_acs(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     if not expect.acs_disable:
         return [CheckResult("acs", Outcome.SILENCED, "host.pcie_acs.disable is false: not checked")]
-    (text,) = _need(gathered, "lspci")
-    devices = {device.address: device for device in lspci.parse_lspci_verbose(text)}
+    devices = _pci_devices(gathered)
     paths = gathered.links.get("pci_devices", {})
     endpoints = [device.address for device in devices.values()
                  if (device.kind == "3D controller" and "NVIDIA" in device.description)
