@@ -120,15 +120,17 @@ def judge_node(run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckR
 def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
                   evidence_dir: Path, batch: int) -> dict[str, list[CheckResult]]:
     checks = {}
-    for start in range(0, len(nodes), batch):
-        chunk = nodes[start:start + batch]
-        gpus = loaded.spec.hardware[chunk[0].hardware].gpu.count
-        result = launch(loaded, state_dir, chunk, test="node", nproc=gpus, params=node_params(loaded, seed),
-                        deadline_s=NODE_DEADLINE_S, separate=True)
-        _keep_logs(result, evidence_dir)
-        for node, run in zip(chunk, result.nodes, strict=True):
-            count = loaded.spec.hardware[node.hardware].gpu.count
-            checks[node.name] = judge_node(run, count, _limits(loaded, node))
+    by_count: dict[int, list[ResolvedNode]] = {}
+    for node in nodes:  # one launch starts the same number of workers on every node it takes
+        by_count.setdefault(loaded.spec.hardware[node.hardware].gpu.count, []).append(node)
+    for gpus, alike in by_count.items():
+        for start in range(0, len(alike), batch):
+            chunk = alike[start:start + batch]
+            result = launch(loaded, state_dir, chunk, test="node", nproc=gpus, params=node_params(loaded, seed),
+                            deadline_s=NODE_DEADLINE_S, separate=True)
+            _keep_logs(result, evidence_dir)
+            for node, run in zip(chunk, result.nodes, strict=True):
+                checks[node.name] = judge_node(run, gpus, _limits(loaded, node))
     return checks
 
 

@@ -188,7 +188,7 @@ class BurninPhase:
             start[node.name] = 0
             if record is not None and record.state is NodeState.QUARANTINED and record.stage in stages:
                 start[node.name] = stages.index(record.stage)
-                carried = set(stages[1:start[node.name]])
+                carried = {stage for stage in stages[:start[node.name]] if stage != "preflight"}
                 for stage in carried - passed.get(node.name, set()):
                     store.record_pass(campaign, node.name, stage, run_id, {"carried": True, "reentered_at":
                                                                            record.stage})
