@@ -69,6 +69,17 @@ def judge_node(run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckR
     on_gpu = results[0]["device"].startswith("cuda")
     checks = []
 
+    # a wrong answer outranks a slow one: the bit-exact check is judged (and reported) first
+    digests = [record["digest"] for record in results]
+    majority = max(set(digests), key=digests.count)
+    odd = [record["local_rank"] for record in results if record["digest"] != majority]
+    checks.append(CheckResult(
+        "bit_exact", Outcome.FAILED if odd else Outcome.OK,
+        f"GPU(s) {odd} computed a different result from identical inputs (silent data corruption)" if odd
+        else f"{len(results)} GPUs computed bit-identical results",
+        "run dcgmi diag -r 4 on the node; RMA the GPU if it repeats" if odd else "",
+        [f"GPU {record['local_rank']}: {record['digest'][:16]}" for record in results]))
+
     tflops = [record["tflops"] for record in results]
     median = statistics.median(tflops)
     floor = limits["matmul_peer_fraction"] * median
@@ -82,16 +93,6 @@ def judge_node(run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckR
                               slow[0] if slow else f"matmul median {median:.4g} TFLOPS, every GPU within "
                               f"{1 - limits['matmul_peer_fraction']:.0%} of it", "check clocks and throttle "
                               "reasons under load; reseat or RMA the GPU" if slow else "", evidence))
-
-    digests = [record["digest"] for record in results]
-    majority = max(set(digests), key=digests.count)
-    odd = [record["local_rank"] for record in results if record["digest"] != majority]
-    checks.append(CheckResult(
-        "bit_exact", Outcome.FAILED if odd else Outcome.OK,
-        f"GPU(s) {odd} computed a different result from identical inputs (silent data corruption)" if odd
-        else f"{len(results)} GPUs computed bit-identical results",
-        "run dcgmi diag -r 4 on the node; RMA the GPU if it repeats" if odd else "",
-        [f"GPU {record['local_rank']}: {record['digest'][:16]}" for record in results]))
 
     wrong = [record["local_rank"] for record in results if not record["allreduce_correct"]]
     busbw = min(record["allreduce_busbw_gbps"] for record in results)

@@ -46,10 +46,8 @@ def _install(faults: list[dict]) -> None:
                     while time.thread_time() < until:
                         pass
             for fault in corrupt:
-                if _mine(fault):  # silent data corruption: one element off by one ulp-ish
-                    result = result.clone()
-                    flat = result.view(-1)
-                    flat[0] = flat[0] * (1 + 1e-6) + 1e-6
+                if _mine(fault):  # silent data corruption: one element slightly off, at no cost to the timing
+                    result.view(-1)[:1].mul_(1 + 1e-5).add_(1e-5)  # well above float32 rounding
             return result
 
         torch.matmul = matmul
