@@ -1,0 +1,49 @@
+"""Host-side link flaps from syslog: systemd-networkd's ``ibN: lost carrier`` / ``Gained carrier`` lines.
+
+Syslog's classic timestamp (``Aug 17 06:18:01``) has no year and no zone; the caller says which year
+the log ends in, and a month that runs backwards (December, then January) starts the next year.
+Each ``lost carrier`` is one flap of that IPoIB device's cable, as AzNHC counts them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+_LINE = re.compile(r"^(\w{3})\s+(\d{1,2}) (\d\d:\d\d:\d\d)(?:\.\d+)? (\S+) [^:]*: (ib\d+): (lost|gained) carrier",
+                   re.IGNORECASE)
+_MONTHS = {name: number for number, name in enumerate(
+    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)}
+
+
+@dataclass(frozen=True)
+class CarrierEvent:
+    time: float
+    host: str
+    device: str  # the IPoIB netdev, e.g. ib6
+    up: bool
+    line: str
+
+
+def parse_syslog(text: str, *, year: int, timezone: str = "UTC") -> list[CarrierEvent]:
+    """Carrier changes in a syslog text; every other line is someone else's business."""
+    zone = ZoneInfo(timezone)
+    found: list[CarrierEvent] = []
+    matches = [match for match in map(_LINE.match, text.splitlines()) if match]
+    months = [_MONTHS.get(match.group(1).lower(), 0) for match in matches]
+    # the log ends in ``year``: count the year-rollovers before each line, backwards from the end
+    years, current = [0] * len(matches), year
+    for index in range(len(matches) - 1, -1, -1):
+        if index + 1 < len(matches) and months[index] > months[index + 1]:
+            current -= 1
+        years[index] = current
+    for match, month, when_year in zip(matches, months, years, strict=True):
+        if not month:
+            continue
+        stamp = datetime.strptime(f"{when_year}-{month:02d}-{int(match.group(2)):02d} {match.group(3)}",
+                                  "%Y-%m-%d %H:%M:%S").replace(tzinfo=zone)
+        found.append(CarrierEvent(stamp.timestamp(), match.group(4), match.group(5),
+                                  match.group(6).lower() == "gained", match.group(0)))
+    return found

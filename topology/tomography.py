@@ -1,0 +1,410 @@
+"""Which cables are bad, from end-to-end test results alone; and which tests to run next.
+
+A *test* is a set of flows (HCA to HCA) run together that passes or fails as one: a pair
+bandwidth test, a rail group's collective, a burn-in stage. It exercises every cable its flows'
+routes cross. Two routing models give those cables:
+
+* ``dmodk``: the subnet manager's destination-based up*/down* routing (fat-tree D-mod-K): going up,
+  a switch picks its ``(d // K_below) mod K``-th uplink for destination index ``d``; going down, the
+  only switch above the destination, parallel cables again by ``d``. Each flow is one path, so tests
+  can separate two uplinks of one leaf;
+* ``ecmp``: adaptive routing, any shortest up*/down* path; a flow exercises all of them. Cables that
+  every test crosses together (a leaf's uplinks) are then indistinguishable, and are reported as a
+  group rather than guessed apart.
+
+Inference is noisy group testing (a test fails when it crosses a bad cable; a healthy test fails
+with probability ``false_fail``, a bad one passes with ``false_pass``). The bad cables are found
+one at a time: within a round, a Bayesian posterior over "this cable is the next bad one" or "no
+more bad cables" is updated by every test that does not cross a cable already found (those say
+nothing more). The next test is built to put half the posterior mass inside it (an even split is
+the most informative binary question), from flows whose routes reach the heaviest suspects.
+Fusion: a prior weight per cable (from UFM events and counters) tilts the start.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from topology.model import HCA, LEAF, TIER_RANK, Cable, Fabric
+
+Flow = tuple[str, str]  # (source HCA node, destination HCA node)
+
+
+class Router:
+    """Routes of a fat tree as cable indexes, for both routing models."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self.cables: list[Cable] = list(fabric.cables())
+        self.index = {cable: number for number, cable in enumerate(self.cables)}
+        graph = fabric.graph
+        rank = {node: TIER_RANK.get(data.get("kind", ""), 0) for node, data in graph.nodes(data=True)}
+        self.hcas = sorted(node for node, data in graph.nodes(data=True) if data.get("kind") == HCA)
+        self.up: dict[str, list[tuple[int, str]]] = {}
+        self.down: dict[str, list[tuple[int, str]]] = {}
+        for node in graph.nodes:
+            ups: list[tuple[int, int, str]] = []
+            downs: list[tuple[int, int, str]] = []
+            for _a, other, data in graph.edges(node, data=True):
+                cable: Cable = data["cable"]
+                mine = cable.a if cable.a[0] == node else cable.b
+                entry = (mine[1], self.index[cable], other)
+                (ups if rank[other] > rank[node] else downs).append(entry)
+            self.up[node] = [(cable, other) for _port, cable, other in sorted(ups)]
+            self.down[node] = [(cable, other) for _port, cable, other in sorted(downs)]
+        self.leaf_of: dict[str, str] = {hca: self.up[hca][0][1] for hca in self.hcas if self.up[hca]}
+        # destinations numbered leaf by leaf, in leaf-port order, as the SM's fat-tree routing numbers them:
+        # then "d mod K" spreads one leaf's hosts over all of a switch's uplinks
+        leaf_port = {hca: self.cables[self.up[hca][0][0]].other((hca, 1))[1] for hca in self.leaf_of}
+        ordered = sorted(self.leaf_of, key=lambda hca: (self.leaf_of[hca], leaf_port[hca]))
+        self.number = {hca: position for position, hca in enumerate(ordered)}
+        self.rank = rank
+        self.hcas_on: dict[str, list[str]] = {}
+        for hca in ordered:
+            self.hcas_on.setdefault(self.leaf_of[hca], []).append(hca)
+        # destinations by their first two up-choices, to aim flows at a given uplink (see aimed_flows)
+        leaves = [node for node in graph.nodes if rank[node] == 1]
+        spines = [node for node in graph.nodes if rank[node] == 2]
+        self._k1 = len(self.up[leaves[0]]) if leaves else 0
+        self._k2 = len(self.up[spines[0]]) if spines else 0
+        self._by_digits: dict[tuple[int, ...], list[str]] = {}
+        for hca, d in self.number.items():
+            if self._k1:
+                self._by_digits.setdefault((d % self._k1,), []).append(hca)
+                if self._k2:
+                    self._by_digits.setdefault((d % self._k1, (d // self._k1) % self._k2), []).append(hca)
+        self.leaves_below: dict[str, frozenset[str]] = {}
+        for node in sorted(graph.nodes, key=lambda name: rank[name]):
+            if fabric.kind(node) == LEAF:
+                self.leaves_below[node] = frozenset((node,))
+            elif rank[node] > 1:
+                below: set[str] = set()
+                for _cable, child in self.down[node]:
+                    below |= self.leaves_below.get(child, frozenset())
+                self.leaves_below[node] = frozenset(below)
+
+    def path(self, source: str, target: str) -> list[int]:
+        """The single D-mod-K path from one HCA to another, as cable indexes."""
+        d = self.number[target]
+        target_leaf = self.leaf_of[target]
+        first_cable, node = self.up[source][0]
+        cables = [first_cable]
+        below = 1
+        while target_leaf not in self.leaves_below.get(node, ()):
+            ups = self.up[node]
+            cable, node = ups[(d // below) % len(ups)]
+            below *= len(ups)
+            cables.append(cable)
+        while node != target_leaf:
+            choices = [(cable, child) for cable, child in self.down[node]
+                       if target_leaf in self.leaves_below.get(child, ())]
+            cable, node = choices[d % len(choices)]
+            cables.append(cable)
+        cables.append(self.up[target][0][0])
+        return cables
+
+    def aimed_flows(self, cable: int, rng: random.Random, count: int, tries: int = 40) -> list[Flow]:
+        """Up to ``count`` flows whose D-mod-K path climbs through ``cable``.
+
+        Inverts the routing: the uplink a switch picks is a digit of the destination's number, so the
+        destinations that climb through a given uplink are looked up, not searched for.
+        """
+        ends = self.cables[cable].a[0], self.cables[cable].b[0]
+        lower = min(ends, key=lambda node: self.rank[node])
+        level = self.rank[lower]
+        sources: list[str] = []
+        targets: list[str] = []
+        below: frozenset[str] = frozenset()
+        if level == 0:
+            sources, targets = [lower], self.hcas
+        elif level == 1:
+            position = [index for index, (up_cable, _other) in enumerate(self.up[lower]) if up_cable == cable]
+            sources, targets, below = self.hcas_on.get(lower, []), self._by_digits.get((position[0],), []), \
+                frozenset((lower,))
+        elif level == 2 and self.leaves_below.get(lower):
+            position = [index for index, (up_cable, _other) in enumerate(self.up[lower]) if up_cable == cable]
+            below = self.leaves_below[lower]
+            leaf = rng.choice(sorted(below))
+            climbs = [index for index, (_cable, other) in enumerate(self.up[leaf]) if other == lower]
+            if climbs:
+                sources = self.hcas_on.get(leaf, [])
+                targets = self._by_digits.get((rng.choice(climbs), position[0]), [])
+        flows: list[Flow] = []
+        for _ in range(tries if sources and targets else 0):
+            source, target = rng.choice(sources), rng.choice(targets)
+            if target != source and self.leaf_of[target] not in below and cable in self.path(source, target):
+                flows.append((source, target))
+                if len(flows) >= count:
+                    break
+        return flows
+
+    def ecmp_cables(self, source: str, target: str) -> list[int]:
+        """Every cable on any shortest up*/down* path (adaptive routing may use each of them)."""
+        source_leaf, target_leaf = self.leaf_of[source], self.leaf_of[target]
+        found = {self.up[source][0][0], self.up[target][0][0]}
+        if source_leaf == target_leaf:
+            return sorted(found)
+        level, tops = {source_leaf}, set[str]()
+        climbed: list[set[str]] = [level]
+        while not tops:
+            tops = {node for node in level if target_leaf in self.leaves_below.get(node, ())}
+            if tops:
+                break
+            level = {other for node in level for _cable, other in self.up[node]}
+            climbed.append(level)
+        wanted = tops
+        for layer in reversed(climbed[:-1]):  # up-cables from the layer below that lead into wanted tops
+            reached = set()
+            for node in layer:
+                for cable, other in self.up[node]:
+                    if other in wanted:
+                        found.add(cable)
+                        reached.add(node)
+            wanted = reached
+        frontier = tops
+        while frontier and target_leaf not in frontier:
+            following = set()
+            for node in frontier:
+                for cable, child in self.down[node]:
+                    if target_leaf in self.leaves_below.get(child, ()):
+                        found.add(cable)
+                        following.add(child)
+            frontier = following
+        return sorted(found)
+
+    def cables_of(self, flows: Iterable[Flow], routing: str = "dmodk") -> frozenset[int]:
+        route = self.path if routing == "dmodk" else self.ecmp_cables
+        covered: set[int] = set()
+        for source, target in flows:
+            covered.update(route(source, target))
+        return frozenset(covered)
+
+
+@dataclass(frozen=True)
+class Test:
+    flows: tuple[Flow, ...]
+    cables: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Result:
+    test: Test
+    failed: bool
+
+
+@dataclass
+class Suspect:
+    cable: Cable
+    confidence: float
+    indistinguishable: list[Cable] = field(default_factory=list)
+
+
+@dataclass
+class Localizer:
+    """The sequential noisy group-testing loop over one fabric (see the module docstring)."""
+
+    router: Router
+    false_fail: float = 0.02
+    false_pass: float = 0.02
+    confidence: float = 0.99
+    routing: str = "dmodk"
+    first_round_clean: float = 0.05  # prior that nothing is bad when the loop starts (a failure started it)
+    later_round_clean: float = 0.5
+    prior: dict[int, float] = field(default_factory=dict)  # relative weights (fusion with events/counters)
+    seed: int = 0
+    results: list[Result] = field(default_factory=list)
+    found: list[int] = field(default_factory=list)
+    pool_per_hca: int = 6
+    min_flows: int = 3
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        count = len(self.router.cables)
+        self._base = [math.log(self.prior.get(cable, 1.0)) for cable in range(count)]
+        self._fail_in = math.log(1 - self.false_pass) - math.log(self.false_fail)
+        self._pass_in = math.log(self.false_pass) - math.log(1 - self.false_fail)
+        self._flows_through: dict[int, list[tuple[Flow, list[int]]]] | None = None
+        self._reset_round()
+
+    # -- posterior -------------------------------------------------------------------------------
+    def _reset_round(self) -> None:
+        """A new round: every result that crosses no found cable still speaks about the remaining ones."""
+        self.log_weight = list(self._base)
+        self.log_cleared = [0.0] * len(self._base)  # evidence from passing tests alone: true exoneration
+        clean = self.first_round_clean if not self.found else self.later_round_clean
+        total = sum(math.exp(value) for value in self.log_weight)
+        self.log_clean = math.log(clean / (1 - clean) * total)
+        found = set(self.found)
+        for cable in found:
+            self.log_weight[cable] = -math.inf
+        for result in self.results:
+            if not (result.test.cables & found):
+                self._absorb(result)
+
+    def _absorb(self, result: Result) -> None:
+        """Likelihood ratios relative to "the bad cable is outside this test" (which includes "none left")."""
+        inside = self._fail_in if result.failed else self._pass_in
+        for cable in result.test.cables:
+            self.log_weight[cable] += inside
+            if not result.failed:
+                self.log_cleared[cable] += inside
+
+    def posterior(self) -> tuple[list[float], float]:
+        top = max(max(self.log_weight), self.log_clean)
+        weights = [math.exp(value - top) for value in self.log_weight]
+        clean = math.exp(self.log_clean - top)
+        total = sum(weights) + clean
+        return [weight / total for weight in weights], clean / total
+
+    def record(self, test: Test, failed: bool) -> None:
+        result = Result(test, failed)
+        self.results.append(result)
+        if not (test.cables & set(self.found)):
+            self._absorb(result)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Promote a cable past the confidence bar to found, and start the next round."""
+        while True:
+            probabilities, _clean = self.posterior()
+            best = max(range(len(probabilities)), key=probabilities.__getitem__)
+            if probabilities[best] < self.confidence:
+                return
+            self.found.append(best)
+            self._reset_round()
+
+    def done(self) -> bool:
+        return self.posterior()[1] >= self.confidence
+
+    # -- test design -----------------------------------------------------------------------------
+    def _pool(self) -> dict[int, list[tuple[Flow, list[int]]]]:
+        """Candidate flows indexed by the cables they cross: every HCA to a few random peers, plus flows
+        aimed at each cable that random peers left with fewer than ``min_flows`` (a cable with a single flow
+        could never be told apart from that flow's other cables)."""
+        if self._flows_through is None:
+            through: dict[int, list[tuple[Flow, list[int]]]] = {}
+            rng = random.Random(self.seed + 1)
+            route = self.router.path if self.routing == "dmodk" else self.router.ecmp_cables
+            hcas = self.router.hcas
+
+            def add(flow: Flow) -> None:
+                cables = route(*flow)
+                for cable in cables:
+                    through.setdefault(cable, []).append((flow, cables))
+
+            for source in hcas if len(hcas) > 1 else ():
+                for _ in range(self.pool_per_hca):
+                    target = rng.choice(hcas)
+                    if target != source:
+                        add((source, target))
+            for cable in range(len(self.router.cables)):
+                missing = self.min_flows - len(through.get(cable, ()))
+                if missing > 0:
+                    for flow in self.router.aimed_flows(cable, rng, missing):
+                        add(flow)
+            self._flows_through = through
+        return self._flows_through
+
+    def propose(self) -> Test:
+        """The test that splits the posterior mass most evenly, built from pooled flows around the heaviest
+        suspects (an even split is the most informative yes/no question)."""
+        probabilities, _clean = self.posterior()
+        # Collateral (a cable a flow crosses besides the one it is for) costs what the cable would weigh if
+        # only passing tests counted: a cable is not cleared merely because a failing test left it out, since
+        # more than one cable may be bad. Tests then avoid dragging in cables nothing has exonerated.
+        scale = 1.0 / (sum(math.exp(value) for value in self._base) / (1 - self.first_round_clean))
+        cost = [max(probability, math.exp(base + cleared) * scale)
+                for probability, base, cleared in zip(probabilities, self._base, self.log_cleared, strict=True)]
+        order = sorted(range(len(probabilities)), key=probabilities.__getitem__, reverse=True)
+        test = self._build(probabilities, cost, order, set())
+        if self._information(sum(probabilities[cable] for cable in test.cables)) >= 0.1:
+            return test
+        # One suspect holds nearly all the mass and every flow through it drags the same companions along:
+        # ask about the companions instead (only cables that still carry weight, so no fresh cable that
+        # might be another bad one is dragged in).
+        heavy = [cable for cable in order[1:] if probabilities[cable] >= 1e-4]
+        alternative = self._build(probabilities, cost, heavy, {order[0]})
+        alternative_mass = sum(probabilities[cable] for cable in alternative.cables)
+        if alternative.flows and self._information(alternative_mass) > self._information(
+                sum(probabilities[cable] for cable in test.cables)):
+            return alternative
+        return test
+
+    def _information(self, mass: float) -> float:
+        """Mutual information (bits) between a test's outcome and "the bad cable is inside", for inside-mass."""
+        def entropy(p: float) -> float:
+            return 0.0 if p <= 0 or p >= 1 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+        fail = mass * (1 - self.false_pass) + (1 - mass) * self.false_fail
+        return entropy(fail) - mass * entropy(self.false_pass) - (1 - mass) * entropy(self.false_fail)
+
+    def _build(self, probabilities: list[float], cost: list[float], order: list[int], without: set[int]) -> Test:
+        through = self._pool()
+        avoid = set(self.found) | without
+        target = 0.5
+        covered: set[int] = set()
+        flows: list[Flow] = []
+        mass = 0.0
+        for cable in order:
+            if mass >= target - 1e-3 or probabilities[cable] <= 0:
+                break
+            if cable in covered or cable in avoid:
+                continue
+            room = target - mass
+            best, best_extra = None, math.inf
+            for flow, cables in through.get(cable, ()):
+                if avoid.intersection(cables):
+                    continue
+                extra = sum(cost[other] for other in cables if other not in covered and other != cable)
+                fits = not flows or probabilities[cable] + extra <= room * 1.5 + 1e-12  # the heaviest always goes in
+                if fits and extra < best_extra:
+                    best, best_extra = (flow, cables), extra
+            if best is None:
+                continue
+            flows.append(best[0])
+            mass += sum(probabilities[other] for other in best[1] if other not in covered)
+            covered.update(best[1])
+        return Test(tuple(flows), frozenset(covered))
+
+    def suspects(self) -> list[Suspect]:
+        """Found cables, then the leading candidates of the current round, each with the cables no test told
+        apart from it (same membership in every test so far)."""
+        probabilities, _clean = self.posterior()
+        signature: dict[int, tuple[int, ...]] = {}
+        for cable in range(len(probabilities)):
+            signature[cable] = ()
+        for number, result in enumerate(self.results):
+            for cable in result.test.cables:
+                signature[cable] = (*signature[cable], number)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for cable, key in signature.items():
+            groups.setdefault(key, []).append(cable)
+        out = []
+        for cable in self.found:
+            twins = [other for other in groups[signature[cable]] if other != cable]
+            out.append(Suspect(self.router.cables[cable], 1.0 / (1 + len(twins)),
+                               [self.router.cables[other] for other in twins[:16]]))
+        return out
+
+
+def test_of(router: Router, flows: Sequence[Flow], routing: str = "dmodk") -> Test:
+    return Test(tuple(flows), router.cables_of(flows, routing))
+
+
+def localize(localizer: Localizer, run: Callable[[Test], bool], *, budget: int = 200) -> int:
+    """Propose, run and record tests until no bad cable is left (or the budget is spent); returns tests run."""
+    used = 0
+    while not localizer.done() and used < budget:
+        test = localizer.propose()
+        if not test.flows:
+            break
+        localizer.record(test, run(test))
+        used += 1
+    return used
+
+
+def information_bound(links: int, bad: int) -> float:
+    """log2 C(links, bad): the fewest binary tests that could tell every set of ``bad`` cables apart."""
+    return (math.lgamma(links + 1) - math.lgamma(bad + 1) - math.lgamma(links - bad + 1)) / math.log(2)
