@@ -48,7 +48,7 @@ _EVENT = re.compile(
 _WELL_FORMED = re.compile(r"\n\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[\d+\] \[(\d+)\] ")
 _LINK_DOWN = re.compile(r"\((\w[\w ]*):([^:()]+):([\d/]+)\)[^:]*:(\d+) - \((\w[\w ]*):([^:()]+):([\d/]+)\)[^:]*:(\d+)"
                         r"(?:, cable S/N: ?(\S+))?")
-_BLANK = re.compile(r"\n(?=\n)|\n$")
+_MALFORMED = re.compile(r"\n(?!\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[\d+\] \[\d+\] )([^\n]*\S[^\n]*)")
 SAMPLES = 5
 
 
@@ -179,16 +179,13 @@ def parse_event_log(text: str, timezone: str = "UTC") -> EventLog:
             continue
         log.events.append(PortEvent(when, code, ACTED[code][0], device, port, peer, serial, line))
     well_formed = _WELL_FORMED.findall(text)
-    log.lines = text.count("\n") - len(_BLANK.findall(text))
-    log.codes = Counter(int(code) for code in well_formed)
+    odd = _MALFORMED.findall(text)
+    log.lines = len(well_formed) + len(odd)
+    log.codes = Counter({int(code): count for code, count in Counter(well_formed).items()})
     log.unknown_codes = Counter({code: count for code, count in log.codes.items()
                                  if code not in ACTED and code not in REBOOTS and code not in IGNORED})
-    bad_shape = log.lines - len(well_formed)
-    if bad_shape > 0:
-        log.malformed += bad_shape
-        for line in text.split("\n"):
-            if line and not _WELL_FORMED.match("\n" + line) and len(log.malformed_samples) < SAMPLES:
-                log.malformed_samples.append(line[:200])
+    log.malformed += len(odd)
+    log.malformed_samples += [line[:200] for line in odd[:SAMPLES - len(log.malformed_samples)]]
     if log.backwards_steps:
         log.events.sort(key=lambda event: event.time)
         log.reboots.sort(key=lambda event: event.time)
