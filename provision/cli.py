@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from provision import __version__, hostlist, pipeline
+from provision import linkhealth as linkhealth_glue
 from provision.fabric import (
     IdentityError,
     audit_against_plans,
@@ -563,6 +564,134 @@ def topology_draw(spec: Path, observed: Path | None, output: Path, state_dir: Pa
         title = f"{loaded.spec.cluster.name}: {len(report.findings)} problem cable(s) in {observed.name}"
     output.write_text(export.draw_svg(design, title=title, problems=boxes, bundle_problems=bundles))
     out.print(f"wrote {output}", markup=False)
+    return EXIT_OK
+
+
+def _files_option(*names: str, help_text: str):
+    return click.option(*names, multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
+                        help=help_text)
+
+
+@topology.command(name="flaps")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@_files_option("--events", help_text="UFM event.log (repeatable; default: the simulated fabric's).")
+@_files_option("--syslog", "syslogs", help_text="A host syslog with IPoIB carrier lines (repeatable).")
+@click.option("--counters", "counter_dirs", multiple=True,
+              type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="A perfquery snapshot directory (two or more; default: the simulated fabric's).")
+@_files_option("--results", help_text="End-to-end test results (JSON) for tomography (repeatable).")
+@click.option("--observed", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="ibnetdiscover dump: resolves GUID-named counter files and fills GUIDs into the disable list.")
+@click.option("--year", type=click.IntRange(1970, 9999), help="The year a syslog ends in (syslog omits it).")
+@click.option("--actions", "actions_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Write the port-disable list (UFM REST and ibportstate), tickets and re-check routes here.")
+@state_dir_option
+@json_option
+def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ...], counter_dirs: tuple[Path, ...],
+                   results: tuple[Path, ...], observed: Path | None, year: int | None, actions_dir: Path | None,
+                   state_dir: Path | None, as_json: bool) -> int:
+    """Name the flapping, erroring, down and degraded cables from events, counters and test results (exit 1 if any)."""
+    loaded = load_spec(spec)
+    try:
+        fabric = design_fabric(loaded)
+    except ValueError as error:
+        raise pipeline.UsageProblem(str(error)) from None
+    directory = _state_dir(loaded, state_dir)
+    if not (events or syslogs or counter_dirs or results) and loaded.spec.simulation is not None:
+        simulated = sim_cluster.sim_dir(directory) / "fabric"
+        if not (simulated / "ufm" / "event.log").exists():
+            raise pipeline.UsageProblem(f"no simulated fabric history under {simulated}: run `provision sim up` first")
+        events = (simulated / "ufm" / "event.log",)
+        counter_dirs = tuple(sorted((simulated / "counters").iterdir()))
+        observed = observed or simulated / "ibnetdiscover.txt"
+    if not (events or syslogs or counter_dirs or results):
+        raise click.UsageError("give at least one of --events, --syslog, --counters, --results")
+    inputs = linkhealth_glue.Inputs(list(events), list(syslogs), list(counter_dirs), list(results), observed, year)
+    store = StateStore.open_readonly(directory)
+    try:
+        report = linkhealth_glue.analyse(loaded, fabric, inputs, store)
+    except (linkhealth_glue.EvidenceError, ibnetdiscover.DumpError) as error:
+        raise pipeline.UsageProblem(str(error)) from None
+    finally:
+        if store is not None:
+            store.close()
+    suspects = [linkhealth_glue.suspect_dict(item, fabric, report.history[linkhealth_glue.cable_key(item.cable)])
+                for item in report.suspects]
+    written: list[Path] = []
+    if actions_dir is not None:
+        guids = linkhealth_glue.guid_names(_read_dump(observed))[1] if observed is not None else {}
+        written = linkhealth_glue.write_actions(actions_dir, report, fabric, guids)
+    payload = {"suspects": suspects, "ingestion": report.ingestion,
+               "storms": [{"start": storm.start, "end": storm.end, "events": storm.events, "cables": storm.cables}
+                          for storm in report.storms],
+               "explained_by_reboots": report.explained_by_reboots,
+               "unmatched": [{"source": u.source, "where": u.where, "text": u.text} for u in report.unmatched[:50]],
+               "unmatched_total": len(report.unmatched), "tomography": report.tomography,
+               "actions": [str(path) for path in written]}
+    if as_json:
+        _emit_json(payload)
+        return EXIT_PROBLEMS if suspects else EXIT_OK
+    for source, summary in report.ingestion.items():
+        if isinstance(summary, dict) and summary.get("malformed"):
+            out.print(f"{source}: {summary['malformed']} line(s) not understood, e.g. "
+                      f"{summary['malformed_samples'][0]!r}", markup=False)
+    if report.storms:
+        out.print(f"suppressed {len(report.storms)} reboot storm(s) of "
+                  f"{sum(storm.events for storm in report.storms)} event(s)", markup=False)
+    if report.unmatched:
+        out.print(f"{len(report.unmatched)} observation(s) name ports not in the fabric model, e.g. "
+                  f"{report.unmatched[0].where}", markup=False)
+    if not suspects:
+        out.print("No suspect cables.", markup=False)
+        return EXIT_OK
+    table = Table(title=f"{len(suspects)} suspect cable(s)", title_justify="left")
+    for column in ("cable", "class", "score", "flaps", "S/N", "next step"):
+        table.add_column(column, overflow="fold")
+    for row in suspects:
+        table.add_row(escape(row["cable"]), row["class"], f"{row['score']:g}", str(row["flaps_in_window"]),
+                      row["serial"] or "", row["history"]["next_step"])
+    out.print(table)
+    for row in suspects:
+        if row["evidence"]:
+            out.print(f"{row['cable']}: {len(row['evidence'])} evidence line(s), e.g. {row['evidence'][0]}",
+                      markup=False, soft_wrap=True)
+    if report.tomography and report.tomography["next_test"]:
+        out.print(f"tomography: next test, {len(report.tomography['next_test'])} flow(s), e.g. "
+                  f"{report.tomography['next_test'][0]}", markup=False)
+    for path in written[:2]:
+        out.print(f"wrote {path}", markup=False)
+    return EXIT_PROBLEMS
+
+
+@topology.command(name="repaired")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("port", metavar="SWITCH/PORT")
+@click.option("--action", required=True, type=click.Choice(linkhealth_glue.LADDER),
+              help="What was done to the cable (a rung of the repair ladder).")
+@click.option("--note", default="", help="Free text kept with the record (ticket number, technician).")
+@state_dir_option
+def topology_repaired(spec: Path, port: str, action: str, note: str, state_dir: Path | None) -> int:
+    """Record a repair of the cable at SWITCH/PORT, so later flaps count against it and the ladder moves on."""
+    loaded = load_spec(spec)
+    try:
+        fabric = design_fabric(loaded)
+    except ValueError as error:
+        raise pipeline.UsageProblem(str(error)) from None
+    node, _, number = port.rpartition("/")
+    cable = fabric.cable_at((node, int(number))) if number.isdigit() else None
+    if cable is None:
+        raise pipeline.UsageProblem(f"{port}: no such cabled port in the fabric design (write SWITCH/PORT)")
+    directory = _state_dir(loaded, state_dir)
+    with ClusterLock(directory, "repaired"), StateStore(directory) as store:
+        run = RunRecord(directory / "runs", "repaired", sys.argv[1:])
+        _Session.run = run
+        key = linkhealth_glue.cable_key(cable)
+        run.note("cable_repair", {"cable": key, "action": action, "note": note})
+        store.start_run(run.id, "repaired", run.path, spec.resolve(), loaded.sha256)
+        store.record_cable(key, "repair", {"action": action, "note": note}, run_id=run.id)
+        store.finish_run(run.id, "succeeded", EXIT_OK)
+        run.finish("succeeded", EXIT_OK)
+    out.print(f"recorded: {action} of {key}", markup=False)
     return EXIT_OK
 
 

@@ -27,6 +27,7 @@ from provision.sim.hardware import describe
 from provision.sim.host import ensure_host, read_recipe, write_recipe
 from provision.sim.node import materialize_shared
 from provision.sim.tools.__main__ import GUARDED, TOOLS
+from provision.sim.ufm import HISTORY_FAULTS, write_history
 from provision.spec import LoadedSpec
 
 MANIFEST = "cluster.json"
@@ -93,7 +94,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     faults = describe_faults(loaded)
     by_node: dict[str, list[dict[str, Any]]] = {}
     for fault in faults:
-        fault["injected"] = fault["layer"] in ("node", "rank") or fault["kind"] in CABLE_FAULTS
+        fault["injected"] = fault["layer"] in ("node", "rank") or fault["kind"] in (*CABLE_FAULTS, *HISTORY_FAULTS)
         if not fault["injected"]:
             fault["note"] = f"the {fault['layer']} layer of the simulator is not built yet: not injected"
         by_node.setdefault(fault["node"] or "", []).append(fault)
@@ -147,6 +148,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
             shutil.rmtree(template)  # materialised hosts hold hard links, not references
     if loaded.fabric is not None:
         write_dump(loaded, [fault for fault in faults if fault["injected"]], base / "fabric")
+        write_history(loaded, [fault for fault in faults if fault["kind"] in HISTORY_FAULTS], base / "fabric")
     manifest = {"cluster": loaded.spec.cluster.name, "spec_path": str(loaded.path.resolve()),
                 "spec_sha256": loaded.sha256, "seed": seed, "nodes": loaded.node_names, "faults": faults,
                 "hosts": hosts, "stand_ins": stand_ins}

@@ -17,12 +17,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from provision.sim.fabric import parse_port
+from provision.sim.fabric import as_built, parse_port
+from provision.spec import LoadedSpec
 from topology.counters import THRESHOLDS
 from topology.model import HCA, Cable, Fabric
 from topology.ufm_events import ufm_port_path
 
 HOUR = 3600.0
+SIM_CLOCK = datetime(2026, 11, 2, 12, 0, tzinfo=UTC).timestamp()
+#: Fabric faults whose day shows in the event log and counters (degraded_link needs the pairs stage: not yet).
+HISTORY_FAULTS = ("flapping_cable",)
+EVENT_LOG = "ufm/event.log"
+COUNTERS = "counters"
 
 
 def stamp(when: float) -> str:
@@ -119,10 +125,10 @@ def history(fabric: Fabric, faults: list[dict], *, seed: int, end: float, hours:
                 before[node, port] = dict(reading)
                 after[node, port] = dict(reading)
     for fault in faults:
-        here = parse_port(fault["target"])
-        cable = fabric.cable_at(here)
-        if cable is None:
+        faulty = fabric.cable_at(parse_port(fault["target"]))
+        if faulty is None:
             continue
+        cable = faulty
         ends = [end for end in (cable.a, cable.b) if end in after]
         if fault["kind"] == "flapping_cable":
             flaps = max(1, round(fault["params"].get("flaps_per_hour", 4.0) * hours))
@@ -157,3 +163,19 @@ def write_perfquery(readings: dict[tuple[str, int], dict[str, int]], directory: 
             blocks.append("\n".join(lines))
         (directory / f"{node}.out").write_text("\n".join(blocks) + "\n")
     (directory / "captured_at").write_text(datetime.fromtimestamp(captured_at, UTC).isoformat() + "\n")
+
+
+def write_history(loaded: LoadedSpec, faults: list[dict], directory: Path) -> None:
+    """The simulated fabric's last day: ``ufm/event.log`` and ``counters/{start,end}/`` snapshots.
+
+    The day ends at the spec's simulated clock (a fixed moment, so the files are the same every time).
+    """
+    fabric = as_built(loaded, [])
+    seed = loaded.spec.simulation.seed if loaded.spec.simulation else 0
+    end = SIM_CLOCK
+    text, readings = history(fabric, faults, seed=seed, end=end)
+    (directory / "ufm").mkdir(parents=True, exist_ok=True)
+    (directory / EVENT_LOG).write_text(text)
+    lids = {node: 0x1000 + number for number, node in enumerate(sorted(fabric.graph.nodes))}
+    write_perfquery(readings["before"], directory / COUNTERS / "start", end - 24 * HOUR, lids)
+    write_perfquery(readings["after"], directory / COUNTERS / "end", end, lids)

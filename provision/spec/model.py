@@ -180,6 +180,43 @@ class SwitchNaming(Strict):
         return value
 
 
+class LinkHealth(Strict):
+    """How ``provision topology flaps`` judges cables; defaults from the field guide (AzNHC, infiniband-diags)."""
+
+    flaps: Annotated[int, Field(ge=1, le=10_000)] = 5
+    window_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 24.0
+    #: a burst (gaps under storm_gap_s) of at least storm_events touching at least storm_cables is a reboot
+    storm_gap_s: Annotated[float, Field(gt=0, le=600)] = 1.0
+    storm_events: Annotated[int, Field(ge=2)] = 50
+    storm_cables: Annotated[int, Field(ge=2)] = 8
+    reboot_margin_s: Annotated[float, Field(ge=0, le=86_400)] = 300.0
+    #: UFM writes local time with no zone; say which (an IANA name)
+    ufm_timezone: str = "UTC"
+    counter_thresholds: dict[str, Annotated[int, Field(ge=0)]] = {}
+
+    @field_validator("ufm_timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}; use an IANA name such as UTC or America/Los_Angeles")\
+                from None
+        return value
+
+    @field_validator("counter_thresholds")
+    @classmethod
+    def _counters(cls, value: dict[str, int]) -> dict[str, int]:
+        from topology.counters import THRESHOLDS
+
+        unknown = sorted(set(value) - set(THRESHOLDS))
+        if unknown:
+            raise ValueError(f"unknown counter(s) {', '.join(unknown)}; known: {', '.join(THRESHOLDS)}")
+        return value
+
+
 class FabricDesign(Strict):
     topology: Literal["rail_optimized_fat_tree"] = "rail_optimized_fat_tree"
     rails: Annotated[int, Field(ge=1, le=16)] | None = None
@@ -190,6 +227,7 @@ class FabricDesign(Strict):
     tiers: Literal["auto", 2, 3] = "auto"
     spine_groups: Literal["auto", "su_block", "rail_plane"] = "auto"
     naming: SwitchNaming = SwitchNaming()
+    link_health: LinkHealth = LinkHealth()
     #: An explicit cabling plan (CSV or UFM .ndt), relative to the spec file.
     cabling_file: Path | None = None
 

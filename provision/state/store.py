@@ -96,6 +96,18 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (campaign, node, stage)
     );
     """,
+    # 2 -> 3: a cable's record (findings and repairs) outlives a reseat, so a repeat offender is seen as one
+    """
+    CREATE TABLE cable_history (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        cable   TEXT NOT NULL,
+        kind    TEXT NOT NULL CHECK (kind IN ('finding', 'repair')),
+        at      TEXT NOT NULL,
+        detail  TEXT NOT NULL DEFAULT '{}',
+        run_id  TEXT
+    );
+    CREATE INDEX cable_history_cable ON cable_history(cable, at);
+    """,
 )
 
 
@@ -410,6 +422,18 @@ class StateStore:
         with self.transaction():
             self.db.execute("UPDATE burnin_campaigns SET finished_at = ? WHERE id = ?", (now(), campaign))
 
+    def record_cable(self, cable: str, kind: str, detail: dict[str, Any], *, at: str | None = None,
+                     run_id: str | None = None) -> None:
+        with self.transaction():
+            self.db.execute("INSERT INTO cable_history (cable, kind, at, detail, run_id) VALUES (?, ?, ?, ?, ?)",
+                       (cable, kind, at or now(), json.dumps(detail, sort_keys=True), run_id))
+
+    def cable_history(self, cable: str) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT kind, at, detail, run_id FROM cable_history WHERE cable = ? ORDER BY at, id",
+                               (cable,)).fetchall()
+        return [{"kind": row["kind"], "at": row["at"], "detail": json.loads(row["detail"]), "run_id": row["run_id"]}
+                for row in rows]
+
 
 def _node(row: sqlite3.Row) -> NodeRecord:
     return NodeRecord(
@@ -428,3 +452,4 @@ def _node(row: sqlite3.Row) -> NodeRecord:
 def _statements(script: str) -> list[str]:
     """Split a migration script; ``executescript`` would commit the open transaction."""
     return [statement.strip() for statement in script.split(";") if statement.strip()]
+

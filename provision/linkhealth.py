@@ -1,0 +1,318 @@
+"""``provision topology flaps``: read the evidence files, name the bad cables, write what to do about them.
+
+The pure work (parsing, scoring, tomography) is in ``topology``; this module finds the files, maps
+names onto the spec's fabric, keeps each cable's history in the state store and writes the action
+files. Nothing here touches a switch: the disable list is written, never run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from provision.spec import LoadedSpec
+from provision.state.store import StateStore
+from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, tomography, ufm_events
+from topology.model import HCA, Cable, Fabric, Port
+
+LADDER = ("reseat", "clean", "replace transceiver", "replace cable")
+_IB = re.compile(r"ib(\d+)$")
+
+
+class EvidenceError(ValueError):
+    """An evidence file that cannot be used at all (as opposed to lines inside it that cannot)."""
+
+
+@dataclass
+class Inputs:
+    events: list[Path] = field(default_factory=list)
+    syslogs: list[Path] = field(default_factory=list)
+    counters: list[Path] = field(default_factory=list)  # snapshot directories, in any order
+    results: list[Path] = field(default_factory=list)
+    observed: Path | None = None
+    year: int | None = None
+
+
+@dataclass
+class Report:
+    suspects: list[linkhealth.CableHealth]
+    storms: list[linkhealth.Storm]
+    explained_by_reboots: int
+    ingestion: dict[str, Any]
+    unmatched: list[linkhealth.Unmatched]
+    tomography: dict[str, Any] | None
+    history: dict[str, dict[str, Any]]
+    window_hours: float
+
+
+def policy_of(loaded: LoadedSpec) -> linkhealth.Policy:
+    health = loaded.spec.fabric.link_health
+    return linkhealth.Policy(flaps=health.flaps, window_s=health.window_hours * 3600, storm_gap_s=health.storm_gap_s,
+                             storm_events=health.storm_events, storm_cables=health.storm_cables,
+                             reboot_margin_s=health.reboot_margin_s,
+                             counter_thresholds={**counters.THRESHOLDS, **health.counter_thresholds})
+
+
+def hca_resolver(loaded: LoadedSpec) -> Callable[[str, str], str | None]:
+    """IPoIB ``ibN`` is HCA ``mlx5_N`` when that HCA is one of the host's rails (the kernel names both in probe
+    order); anything else is unmatched rather than guessed."""
+    rails = {node.name: set(loaded.spec.hardware[node.hardware].rails) for node in loaded.nodes}
+
+    def resolve(host: str, device: str) -> str | None:
+        found = _IB.match(device)
+        name = f"mlx5_{found.group(1)}" if found else None
+        return name if name and name in rails.get(host, set()) else None
+
+    return resolve
+
+
+def cable_key(cable: Cable) -> str:
+    """A cable's name that does not depend on which end is written first."""
+    return " - ".join(sorted(f"{node}/{port}" for node, port in (cable.a, cable.b)))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError as error:
+        raise EvidenceError(f"{path}: {error.strerror or error}") from None
+
+
+def read_snapshot(directory: Path, names: dict[str, str]) -> tuple[float, dict[Port, dict[str, int]]]:
+    """A counter snapshot: ``<node>.out`` files of ``perfquery -x``/``-l -x`` output (the node by name, or by
+    GUID resolved through ``names``) and a ``captured_at`` file holding an ISO 8601 time."""
+    stamp_file = directory / "captured_at"
+    if not directory.is_dir() or not stamp_file.exists():
+        raise EvidenceError(f"{directory}: a counter snapshot is a directory with a captured_at file "
+                            "(ISO 8601 time) and one perfquery output per node")
+    try:
+        captured = datetime.fromisoformat(stamp_file.read_text().strip())
+    except ValueError:
+        raise EvidenceError(f"{stamp_file}: not an ISO 8601 time: {stamp_file.read_text()[:40]!r}") from None
+    if captured.tzinfo is None:
+        captured = captured.replace(tzinfo=UTC)
+    readings: dict[Port, dict[str, int]] = {}
+    for path in sorted(directory.glob("*.out")):
+        node = names.get(path.stem.lower(), path.stem)  # a GUID-named file; otherwise the file names the node
+        try:
+            blocks = counters.parse_perfquery(_read(path))
+        except counters.CounterError as error:
+            raise EvidenceError(f"{path}: {error}") from None
+        for block in blocks:
+            readings[node, block.port] = block.values
+    return captured.timestamp(), readings
+
+
+def guid_names(discovery: ibnetdiscover.Discovery) -> tuple[dict[str, str], dict[str, str]]:
+    """Switch GUID -> switch name (``0x``-prefixed and bare, lower case), and name -> ``0x`` GUID, from a dump."""
+    by_guid: dict[str, str] = {}
+    by_name: dict[str, str] = {}
+    for node in discovery.nodes.values():
+        if node.kind != "switch":
+            continue
+        guid = node.node_id.split("-", 1)[-1].lower()
+        name = cabling.node_device(node)
+        by_guid[guid] = by_guid[f"0x{guid}"] = name
+        by_name[name] = f"0x{guid}"
+    return by_guid, by_name
+
+
+def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[str, Any]]:
+    evidence = linkhealth.Evidence()
+    ingestion: dict[str, Any] = {}
+    zone = loaded.spec.fabric.link_health.ufm_timezone
+    for path in inputs.events:
+        log = ufm_events.parse_event_log(_read(path), zone)
+        linkhealth.add_event_log(evidence, fabric, log)
+        ingestion[str(path)] = log.summary()
+    year = inputs.year or datetime.now(UTC).year
+    for path in inputs.syslogs:
+        found = carrier.parse_syslog(_read(path), year=year)
+        linkhealth.add_carrier(evidence, fabric, found, hca_resolver(loaded))
+        ingestion[str(path)] = {"carrier_events": len(found)}
+    names = guid_names(ibnetdiscover.parse(_read(inputs.observed)))[0] if inputs.observed is not None else {}
+    snapshots = sorted((read_snapshot(directory, names) for directory in inputs.counters), key=lambda shot: shot[0])
+    if len(inputs.counters) == 1:
+        raise EvidenceError(f"{inputs.counters[0]}: counters need two snapshots to give a delta")
+    for (start, before), (end, after) in itertools.pairwise(snapshots):
+        readings = [(port, counters.deltas(before.get(port, {}), values)) for port, values in after.items()]
+        linkhealth.add_counter_deltas(evidence, fabric, start, end, readings)
+        ingestion[f"counters {datetime.fromtimestamp(start, UTC):%Y-%m-%d %H:%M} .. "
+                  f"{datetime.fromtimestamp(end, UTC):%Y-%m-%d %H:%M}"] = {"ports": len(after)}
+    return evidence, ingestion
+
+
+def read_results(paths: list[Path], router: tomography.Router) -> tuple[str, list[tuple[tomography.Test, bool]]]:
+    """End-to-end results: ``{"routing": "dmodk"|"ecmp", "tests": [{"flows": [[src, dst], ...], "passed": bool}
+    ...]}``, or ``{"gbps": measured, "expected_gbps": designed}`` in place of ``passed`` (passed at >= 90%)."""
+    routing = "dmodk"
+    tests = []
+    for path in paths:
+        try:
+            document = json.loads(_read(path))
+        except json.JSONDecodeError as error:
+            raise EvidenceError(f"{path}: not JSON: {error}") from None
+        routing = document.get("routing", routing)
+        if routing not in ("dmodk", "ecmp"):
+            raise EvidenceError(f"{path}: routing must be dmodk or ecmp, not {routing!r}")
+        for number, entry in enumerate(document.get("tests", [])):
+            where = f"{path}: tests[{number}]"
+            flows = [tuple(flow) for flow in entry.get("flows", [])]
+            unknown = [end for flow in flows for end in flow if end not in router.number]
+            if not flows or unknown or any(len(flow) != 2 for flow in flows):
+                named = f"; unknown: {', '.join(map(str, unknown[:3]))}" if unknown else ""
+                raise EvidenceError(f"{where}: flows must be [source HCA, target HCA] pairs of the fabric "
+                                    f"(like 'sim01/mlx5_0'){named}")
+            if "passed" in entry:
+                passed = bool(entry["passed"])
+            elif "gbps" in entry and "expected_gbps" in entry:
+                passed = float(entry["gbps"]) >= 0.9 * float(entry["expected_gbps"])
+            else:
+                raise EvidenceError(f"{where}: needs 'passed', or 'gbps' and 'expected_gbps'")
+            tests.append((tomography.test_of(router, flows, routing), not passed))
+    return routing, tests
+
+
+def run_tomography(fabric: Fabric, paths: list[Path], health: list[linkhealth.CableHealth]) -> dict[str, Any]:
+    """Suspects from end-to-end results, with the event/counter evidence as the prior, and the next tests."""
+    router = tomography.Router(fabric)
+    routing, tests = read_results(paths, router)
+    prior = {router.index[item.cable]: 1.0 + 50.0 * min(item.score, 4.0)
+             for item in health if item.klass != "healthy" and item.cable in router.index}
+    localizer = tomography.Localizer(router, routing=routing, prior=prior)
+    for test, failed in tests:
+        localizer.record(test, failed)
+    probabilities, clean = localizer.posterior()
+    leading = sorted(range(len(probabilities)), key=probabilities.__getitem__, reverse=True)[:5]
+    proposal = localizer.propose() if not localizer.done() else None
+    return {
+        "routing": routing, "tests": len(tests), "failed": sum(1 for _test, failed in tests if failed),
+        "found": [{"cable": cable_key(suspect.cable), "confidence": round(suspect.confidence, 3),
+                   "indistinguishable_from": [cable_key(twin) for twin in suspect.indistinguishable]}
+                  for suspect in localizer.suspects()],
+        "found_cables": [router.cables[number] for number in localizer.found],
+        "leading": [{"cable": cable_key(router.cables[number]), "probability": round(probabilities[number], 4)}
+                    for number in leading if probabilities[number] > 0.001],
+        "no_more_bad": round(clean, 4),
+        "next_test": [list(flow) for flow in proposal.flows] if proposal else [],
+    }
+
+
+def analyse(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs, store: StateStore | None) -> Report:
+    evidence, ingestion = gather(loaded, fabric, inputs)
+    policy = policy_of(loaded)
+    health, storms, explained = linkhealth.score(fabric, evidence, policy)
+    result = None
+    if inputs.results:
+        result = run_tomography(fabric, inputs.results, health)
+        named = {cable: (1.0, f"tomography: {len(result['found'])} cable(s) named by {result['tests']} end-to-end "
+                              f"tests ({result['failed']} failed)") for cable in result.pop("found_cables")}
+        health, storms, explained = linkhealth.score(fabric, evidence, policy, named)
+    suspects = [item for item in health if item.klass != "healthy"]
+    history = {cable_key(item.cable): _history(item, store) for item in suspects}
+    return Report(suspects, storms, explained, ingestion, evidence.unmatched, result, history,
+                  loaded.spec.fabric.link_health.window_hours)
+
+
+def _history(item: linkhealth.CableHealth, store: StateStore | None) -> dict[str, Any]:
+    """The cable's last repair, the flaps seen since, and the next rung of the repair ladder."""
+    records = store.cable_history(cable_key(item.cable)) if store else []
+    repairs = [record for record in records if record["kind"] == "repair"]
+    earlier = [record for record in records if record["kind"] == "finding"]
+    if not repairs:
+        return {"last_repair": None, "next_step": LADDER[0], "earlier_findings": len(earlier)}
+    last = repairs[-1]
+    since = datetime.fromisoformat(last["at"]).timestamp()
+    done = last["detail"].get("action", LADDER[0])
+    rung = LADDER.index(done) + 1 if done in LADDER else 0
+    return {"last_repair": {"action": done, "at": last["at"]},
+            "flaps_since_repair": sum(1 for when in item.flap_times if when >= since),
+            "next_step": LADDER[min(rung, len(LADDER) - 1)] if rung < len(LADDER) else "replace the switch or HCA",
+            "earlier_findings": len(earlier)}
+
+
+def remember(store: StateStore, report: Report, run_id: str | None = None) -> None:
+    for item in report.suspects:
+        store.record_cable(cable_key(item.cable), "finding", {"class": item.klass, "flaps": item.flaps,
+                                                              "score": item.score}, run_id=run_id)
+
+
+def suspect_dict(item: linkhealth.CableHealth, fabric: Fabric, history: dict[str, Any]) -> dict[str, Any]:
+    return {"cable": cable_key(item.cable), "ends": [_end(fabric, end) for end in (item.cable.a, item.cable.b)],
+            "class": item.klass, "score": item.score, "flaps_in_window": item.flaps, "errors": item.errors,
+            "serial": item.serial or None, "evidence": item.evidence, "suppressed_by_reboots": item.suppressed,
+            "history": history}
+
+
+def _end(fabric: Fabric, end: Port) -> dict[str, Any]:
+    node, port = end
+    data = fabric.graph.nodes[node]
+    if data.get("kind") == HCA:
+        return {"node": node, "port": port, "host": data.get("host"), "hca": data.get("hca")}
+    return {"node": node, "port": port, "ufm_port": ufm_events.ufm_port_path(port)[2:], "tier": data.get("kind")}
+
+
+def write_actions(directory: Path, report: Report, fabric: Fabric, guids: dict[str, str]) -> list[Path]:
+    """The port-disable list (UFM REST payloads and ibportstate commands) and a ticket per cable; nothing runs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    to_disable = [item for item in report.suspects if item.klass in ("down", "flapping", "erroring", "degraded")]
+    payloads, commands = [], ["#!/bin/sh", "# Written by provision topology flaps; review before running.",
+                              "# Disables both ends of each suspect cable (the SM then routes around it).", "set -e"]
+    router = tomography.Router(fabric)
+    for item in to_disable:
+        for node, port in (item.cable.a, item.cable.b):
+            if fabric.graph.nodes[node].get("kind") == HCA:
+                continue  # a host port is taken out with its node, not from the fabric
+            guid = guids.get(node.lower())
+            ufm_id = guid.removeprefix("0x") if guid else node  # UFM names systems by bare GUID
+            payloads.append({"action": "disable", "identifier": "id", "object_type": "System",
+                             "object_ids": [ufm_id], "params": {"port_id": f"{ufm_id}_{port}"},
+                             "description": f"provision: {item.klass} cable {cable_key(item.cable)}"})
+            commands.append(f"ibportstate -G {guid} {port} disable" if guid else
+                            f"# {node} port {port}: GUID unknown (pass --observed DUMP); ibportstate -G <guid> "
+                            f"{port} disable")
+    written = [directory / "disable_ports.ufm.json", directory / "disable_ports.sh"]
+    written[0].write_text(json.dumps(payloads, indent=2) + "\n")
+    written[1].write_text("\n".join(commands) + "\n")
+    tickets = directory / "tickets"
+    tickets.mkdir(exist_ok=True)
+    recheck = {}
+    for item in to_disable:
+        key = cable_key(item.cable)
+        history = report.history.get(key, {})
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", key)
+        flows = router.aimed_flows(router.index[item.cable], random.Random(0), 3) \
+            if item.cable in router.index else []
+        recheck[key] = [list(flow) for flow in flows]
+        lines = [f"# Cable {key}: {item.klass}", "",
+                 *[f"- end: {_describe_end(fabric, end)}" for end in (item.cable.a, item.cable.b)],
+                 f"- cable S/N: {item.serial or 'not reported'}",
+                 f"- flaps in the worst {report.window_hours:g} h window: {item.flaps}",
+                 f"- errors: {json.dumps(item.errors) if item.errors else 'none'}"]
+        if history.get("last_repair"):
+            lines.append(f"- last repair: {history['last_repair']['action']} at {history['last_repair']['at']}; "
+                         f"flaps since: {history.get('flaps_since_repair', 0)}")
+        lines += [f"- next step: **{history.get('next_step', LADDER[0])}** (ladder: {' -> '.join(LADDER)})",
+                  "- after the repair: re-enable both ports, record it with `provision topology repaired`, and "
+                  "re-test the routes through this cable (recheck.json)", "", "## Evidence", "",
+                  *[f"    {line}" for line in item.evidence]]
+        (tickets / f"{name}.md").write_text("\n".join(lines) + "\n")
+        written.append(tickets / f"{name}.md")
+    written.append(directory / "recheck.json")
+    written[-1].write_text(json.dumps(recheck, indent=2) + "\n")
+    return written
+
+
+def _describe_end(fabric: Fabric, end: Port) -> str:
+    node, port = end
+    data = fabric.graph.nodes[node]
+    if data.get("kind") == HCA:
+        return f"host {data.get('host')} HCA {data.get('hca')} port {port}"
+    return f"{data.get('kind')} {node} port {port} (UFM {ufm_events.ufm_port_path(port)[2:]})"
