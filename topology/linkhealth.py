@@ -202,17 +202,19 @@ def _in_reboot(fabric: Fabric, observation: Observation, reboots: dict[str, list
     return False
 
 
-def _merge_ends(times: list[tuple[float, Port | None, str, int]], merge_s: float) -> list[tuple[float, int]]:
-    """One flap reported by both ends (or by UFM and syslog) counts once; repeats from one end do not merge."""
+def _merge_ends(times: list[tuple[float, tuple[Port | None, str]]], weights: list[int],
+                merge_s: float) -> list[tuple[float, int]]:
+    """One flap reported by both ends, or by several codes or sources, counts once; the same report repeated
+    (``ib6: lost carrier`` six times in five seconds) is that many flaps."""
     flaps: list[tuple[float, int, set[tuple[Port | None, str]]]] = []
-    for when, end, source, weight in times:
-        if flaps and when - flaps[-1][0] <= merge_s and (end, source) not in flaps[-1][2]:
-            flaps[-1][2].add((end, source))
+    for (when, reporter), weight in zip(times, weights, strict=True):
+        if flaps and when - flaps[-1][0] <= merge_s and reporter not in flaps[-1][2]:
+            flaps[-1][2].add(reporter)
             previous = flaps[-1]
             flaps[-1] = (previous[0], max(previous[1], weight), previous[2])
             continue
-        flaps.append((when, weight, {(end, source)}))
-    return [(when, weight) for when, weight, _ends in flaps]
+        flaps.append((when, weight, {reporter}))
+    return [(when, weight) for when, weight, _reporters in flaps]
 
 
 def most_in_window(flaps: list[tuple[float, int]], window_s: float) -> int:
@@ -259,8 +261,9 @@ def score(fabric: Fabric, evidence: Evidence, policy: Policy = Policy(),
 
 def _judge(cable: Cable, observations: list[Observation], counters: list[tuple[Port, float, float, CounterDelta]],
            policy: Policy, suspicion: tuple[float, str] | None, suppressed: int, serial: str) -> CableHealth:
-    downs = [(o.time, o.end, o.source, o.weight) for o in observations if o.kind == "down"]
-    flaps = _merge_ends(downs, policy.end_merge_s)
+    downs = [o for o in observations if o.kind == "down"]
+    flaps = _merge_ends([(o.time, (o.end, f"{o.source} {o.code}")) for o in downs], [o.weight for o in downs],
+                        policy.end_merge_s)
     event_flaps = most_in_window(flaps, policy.window_s)
     flagged = [o for o in observations if o.kind == "flapping"]
     # LinkDowned deltas: both ends count the same flaps, so a cable's interval count is the larger end's

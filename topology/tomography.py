@@ -218,6 +218,7 @@ class Localizer:
     results: list[Result] = field(default_factory=list)
     found: list[int] = field(default_factory=list)
     pool_per_hca: int = 6
+    twins: dict[int, list[int]] = field(default_factory=dict)  # found cable -> cables no test can tell from it
     min_flows: int = 3
 
     def __post_init__(self) -> None:
@@ -237,7 +238,7 @@ class Localizer:
         clean = self.first_round_clean if not self.found else self.later_round_clean
         total = sum(math.exp(value) for value in self.log_weight)
         self.log_clean = math.log(clean / (1 - clean) * total)
-        found = set(self.found)
+        found = set(self.found) | {twin for cable in self.found for twin in self.twins.get(cable, ())}
         for cable in found:
             self.log_weight[cable] = -math.inf
         for result in self.results:
@@ -271,10 +272,47 @@ class Localizer:
         while True:
             probabilities, _clean = self.posterior()
             best = max(range(len(probabilities)), key=probabilities.__getitem__)
-            if probabilities[best] < self.confidence:
+            twins = self._twins(best, probabilities) if probabilities[best] < self.confidence else []
+            if probabilities[best] + sum(probabilities[twin] for twin in twins) < self.confidence:
                 return
             self.found.append(best)
+            self.twins[best] = twins
             self._reset_round()
+
+    def _twins(self, best: int, probabilities: list[float]) -> list[int]:
+        """Cables no available flow can separate from ``best`` (under adaptive routing, a leaf's uplinks): they
+        share its posterior exactly, and every pooled flow through any of them crosses all of them."""
+        level = probabilities[best]
+        group = [cable for cable, value in enumerate(probabilities)
+                 if cable != best and value > 0 and abs(value - level) <= 1e-9 * level]
+        if not group:
+            return []
+        members = {best, *group}
+        through = self._pool()
+        for cable in members:
+            for _flow, cables in through.get(cable, ()):
+                if not members <= set(cables):
+                    return []
+        return group
+
+    def prune(self) -> list[int]:
+        """Drop found cables that no failing test needs: every failure they are in is explained by another found
+        cable (a cable named early in a round can be the shadow of one named later). Returns those dropped."""
+        dropped = []
+        changed = True
+        while changed:
+            changed = False
+            for cable in list(self.found):
+                others = set(self.found) - {cable}
+                needed = any(result.failed and cable in result.test.cables and not (result.test.cables & others)
+                             for result in self.results)
+                if not needed:
+                    self.found.remove(cable)
+                    dropped.append(cable)
+                    changed = True
+        if dropped:
+            self._reset_round()
+        return dropped
 
     def done(self) -> bool:
         return self.posterior()[1] >= self.confidence
@@ -369,21 +407,19 @@ class Localizer:
         return Test(tuple(flows), frozenset(covered))
 
     def suspects(self) -> list[Suspect]:
-        """Found cables, then the leading candidates of the current round, each with the cables no test told
-        apart from it (same membership in every test so far)."""
-        probabilities, _clean = self.posterior()
-        signature: dict[int, tuple[int, ...]] = {}
-        for cable in range(len(probabilities)):
-            signature[cable] = ()
+        """The found cables, each with the cables no test told apart from it (same membership in every test so
+        far, or no flow that separates them), its confidence shared among them."""
+        membership: dict[int, list[int]] = {}
         for number, result in enumerate(self.results):
             for cable in result.test.cables:
-                signature[cable] = (*signature[cable], number)
+                membership.setdefault(cable, []).append(number)
         groups: dict[tuple[int, ...], list[int]] = {}
-        for cable, key in signature.items():
-            groups.setdefault(key, []).append(cable)
+        for cable, tests in membership.items():
+            groups.setdefault(tuple(tests), []).append(cable)
         out = []
         for cable in self.found:
-            twins = [other for other in groups[signature[cable]] if other != cable]
+            alike = groups.get(tuple(membership.get(cable, ())), [])
+            twins = sorted({*self.twins.get(cable, ()), *(other for other in alike if other != cable)})
             out.append(Suspect(self.router.cables[cable], 1.0 / (1 + len(twins)),
                                [self.router.cables[other] for other in twins[:16]]))
         return out
@@ -396,7 +432,9 @@ def test_of(router: Router, flows: Sequence[Flow], routing: str = "dmodk") -> Te
 def localize(localizer: Localizer, run: Callable[[Test], bool], *, budget: int = 200) -> int:
     """Propose, run and record tests until no bad cable is left (or the budget is spent); returns tests run."""
     used = 0
-    while not localizer.done() and used < budget:
+    while used < budget:
+        if localizer.done() and not localizer.prune():
+            break
         test = localizer.propose()
         if not test.flows:
             break
