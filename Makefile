@@ -28,6 +28,7 @@ demo: install
 	$(BIN)/provision plan examples/sim-cluster.yaml
 	$(BIN)/provision apply examples/sim-cluster.yaml || [ $$? -eq 1 ]  # 1: nodes quarantined, a normal outcome
 	$(BIN)/provision status examples/sim-cluster.yaml
+	$(BIN)/provision topology flaps examples/sim-cluster.yaml || [ $$? -eq 1 ]  # 1: a suspect cable, as injected
 
 lint: install
 	$(BIN)/ruff check .
