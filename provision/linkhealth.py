@@ -124,6 +124,28 @@ def guid_names(discovery: ibnetdiscover.Discovery) -> tuple[dict[str, str], dict
     return by_guid, by_name
 
 
+def add_port_states(evidence: linkhealth.Evidence, fabric: Fabric, loaded: LoadedSpec,
+                    discovery: ibnetdiscover.Discovery, path: Path) -> None:
+    """The dump's view as of its file time: designed cables it shows down or cannot see at all, and
+    cables trained below the design rate, from the cabling audit."""
+    from provision.fabric import audit_against_spec, design_endpoint
+
+    by_endpoint = {}
+    for cable in fabric.cables():
+        for node, port in (cable.a, cable.b):
+            by_endpoint[design_endpoint(fabric, node, port)] = (node, port)
+    down: list[tuple[Port, str]] = []
+    slow: list[tuple[Port, str]] = []
+    for finding in audit_against_spec(loaded, discovery, fabric).findings:
+        if finding.category not in ("port_down", "missing", "degraded") or finding.expected is None:
+            continue
+        end = next((by_endpoint[e] for e in finding.expected if e in by_endpoint), None)
+        if end is not None:
+            text = f"{path.name}: {finding.category}: {finding.detail or 'designed cable not up'}"
+            (slow if finding.category == "degraded" else down).append((end, text))
+    linkhealth.add_discovery(evidence, fabric, path.stat().st_mtime, down, slow)
+
+
 def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[str, Any]]:
     evidence = linkhealth.Evidence()
     ingestion: dict[str, Any] = {}
@@ -137,7 +159,11 @@ def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkheal
         found = carrier.parse_syslog(_read(path), year=year)
         linkhealth.add_carrier(evidence, fabric, found, hca_resolver(loaded))
         ingestion[str(path)] = {"carrier_events": len(found)}
-    names = guid_names(ibnetdiscover.parse(_read(inputs.observed)))[0] if inputs.observed is not None else {}
+    names: dict[str, str] = {}
+    if inputs.observed is not None:
+        discovery = ibnetdiscover.parse(_read(inputs.observed))
+        names = guid_names(discovery)[0]
+        add_port_states(evidence, fabric, loaded, discovery, inputs.observed)
     snapshots = sorted((read_snapshot(directory, names) for directory in inputs.counters), key=lambda shot: shot[0])
     if len(inputs.counters) == 1:
         raise EvidenceError(f"{inputs.counters[0]}: counters need two snapshots to give a delta")

@@ -111,3 +111,17 @@ def test_tomography_over_results_names_a_degraded_cable_no_event_mentions(cluste
     assert [suspect["cable"] for suspect in degraded] == [cable_key(router.cables[bad])]
     assert report["tomography"]["found"][0]["cable"] == cable_key(router.cables[bad])
     assert report["tomography"]["no_more_bad"] >= 0.99
+
+
+def test_the_dump_adds_cables_it_shows_down_or_slower_than_designed(tmp_path):
+    spec = write_spec(tmp_path, [{"kind": "ib_link_low_rate", "node": "sim02", "target": "mlx5_3",
+                                  "params": {"rate": "HDR"}},
+                                 {"kind": "hca_port_down", "node": "sim05", "target": "mlx5_0"}], hosts="sim[01-16]")
+    state = tmp_path / "state"
+    assert run_cli("sim", "up", str(spec), "--state-dir", str(state)).returncode == 0
+    result, report = flaps(spec, state)
+    assert result.returncode == 1, result.stderr
+    classes = {suspect["cable"]: suspect["class"] for suspect in report["suspects"]}
+    fabric = design_fabric(load_spec(spec))
+    assert classes == {cable_key(fabric.cable_at(("sim02/mlx5_3", 1))): "degraded",
+                       cable_key(fabric.cable_at(("sim05/mlx5_0", 1))): "down"}
