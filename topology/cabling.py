@@ -20,15 +20,14 @@ import io
 import re
 from dataclasses import dataclass
 
+from topology.errors import LineError
 from topology.ibnetdiscover import DiscoveredNode, Discovery
 
 Endpoint = tuple[str, str]
 
 
-class PlanError(ValueError):
-    def __init__(self, message: str, line: int) -> None:
-        super().__init__(f"line {line}: {message}")
-        self.line = line
+class PlanError(LineError):
+    """A cabling plan that cannot be read."""
 
 
 @dataclass(frozen=True)

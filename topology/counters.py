@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from topology.errors import LineError
+
 _HEADER = re.compile(r"^#\s*Port (?:extended )?counters:\s*Lid\s+(\d+)\s+port\s+(\d+)", re.IGNORECASE)
 _FIELD = re.compile(r"^(\w+):\.*\s*(0x[0-9a-fA-F]+|\d+)\s*$")
 
@@ -33,9 +35,8 @@ WIDTH_MAX: dict[str, int] = {
 }
 
 
-class CounterError(ValueError):
-    def __init__(self, message: str, line: int) -> None:
-        super().__init__(f"line {line}: {message}")
+class CounterError(LineError):
+    """A perfquery text that is not perfquery output."""
 
 
 @dataclass

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from topology.errors import LineError
+
 _HEADER = re.compile(r'^(Switch|Ca|Hca|Rt)\s*(\d+)\s*"([^"]+)"(.*)$')
 _PORT = re.compile(r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s*"([^"]+)"\[(\d+)\](?:\(([0-9a-fA-F]+)\))?(.*)$')
 _RATE = re.compile(r"\b(\d+)x\s*([A-Z]{3}|\?\?\?)\b")
@@ -24,10 +26,8 @@ _PORTS_LINE = re.compile(
 _KIND = {"Switch": "switch", "Ca": "ca", "Hca": "ca", "Rt": "router", "SW": "switch", "CA": "ca", "RT": "router"}
 
 
-class DumpError(ValueError):
-    def __init__(self, message: str, line: int) -> None:
-        super().__init__(f"line {line}: {message}")
-        self.line = line
+class DumpError(LineError):
+    """Not an ibnetdiscover dump, or a line that breaks one."""
 
 
 @dataclass
