@@ -20,19 +20,11 @@ import statistics
 import sys
 import time
 
-from topology.design import FabricParameters, dimension
-from topology.fattree import HostRails, build_design
+from bench.fabrics import reference_fabric
 from topology.tomography import Localizer, Router, information_bound, localize
 
 NOISE = 0.02
 FLAP_CAUGHT = 0.9
-
-
-def fabric_4096():
-    hosts = 512
-    params = FabricParameters(hosts=hosts, rails=8, hosts_per_su=32, switch_radix=64)
-    names = [HostRails(f"gpu{index:05d}", tuple(f"mlx5_{rail}" for rail in range(8))) for index in range(hosts)]
-    return build_design(dimension(params), names, 32, 8)
 
 
 def scenario(router: Router, seed: int) -> dict[str, object]:
@@ -63,7 +55,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     count = args.scenarios or (12 if args.quick else 200)
-    fabric = fabric_4096()
+    fabric = reference_fabric(4096)
     router = Router(fabric)
     rows = [scenario(router, seed) for seed in range(count)]
     bad = sum(row["bad"] for row in rows)

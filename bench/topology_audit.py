@@ -18,10 +18,10 @@ import subprocess
 import sys
 import time
 
+from bench.fabrics import HOSTS_PER_SU, RAILS, reference_fabric, reference_hosts
 from provision.fabric import design_endpoint, design_links
 from topology.audit import compare, discovered_links
-from topology.design import FabricParameters, dimension
-from topology.fattree import HostRails, build_design
+from topology.fattree import build_design
 from topology.ibnetdiscover import parse
 from topology.model import Cable, Fabric
 from topology.rules import bisection, disjoint_paths, even_uplinks, no_leaf_to_leaf, non_blocking, rail_alignment
@@ -54,15 +54,14 @@ def inject(fabric: Fabric, rng: random.Random) -> set[frozenset]:
 
 def measure(gpus: int) -> dict[str, object]:
     hosts = gpus // 8
-    params = FabricParameters(hosts=hosts, rails=8, hosts_per_su=32, switch_radix=64)
-    names = [HostRails(f"gpu{index:05d}", tuple(f"mlx5_{rail}" for rail in range(8))) for index in range(hosts)]
-    as_built = build_design(dimension(params), names, 32, 8)
+    dims, names = reference_hosts(gpus)
+    as_built = reference_fabric(gpus)
     touched = inject(as_built, random.Random(gpus))
     dump = write_ibnetdiscover(as_built, lambda node: f"{abs(hash(node)) & 0xFFFFFFFFFFFFFFFF:016x}")
 
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    design = build_design(dimension(params), names, 32, 8)
+    design = build_design(dims, names, HOSTS_PER_SU, RAILS)
     timings["design"] = time.perf_counter() - started
     step = time.perf_counter()
     discovery = parse(dump)

@@ -20,21 +20,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.fabrics import reference_fabric
 from provision.sim.ufm import EventWriter
-from topology.design import FabricParameters, dimension
-from topology.fattree import HostRails, build_design
 from topology.linkhealth import Evidence, add_event_log, score
-from topology.model import HCA
+from topology.model import HCA, Cable, Fabric
 from topology.ufm_events import parse_event_log
 
 HOUR = 3600.0
 
 
-def build_log(lines_wanted: int, seed: int = 1) -> tuple[str, set, set]:
-    hosts = 512
-    params = FabricParameters(hosts=hosts, rails=8, hosts_per_su=32, switch_radix=64)
-    names = [HostRails(f"gpu{index:05d}", tuple(f"mlx5_{rail}" for rail in range(8))) for index in range(hosts)]
-    fabric = build_design(dimension(params), names, 32, 8)
+def build_log(lines_wanted: int, seed: int = 1) -> tuple[str, set[Cable], set[Cable], Fabric]:
+    fabric = reference_fabric(4096)
     rng = random.Random(seed)
     cables = list(fabric.cables())
     switch_cables = [c for c in cables if fabric.graph.nodes[c.a[0]].get("kind") != HCA]
@@ -44,7 +40,7 @@ def build_log(lines_wanted: int, seed: int = 1) -> tuple[str, set, set]:
     for cable in flapping:
         for _ in range(12):
             writer.link_down(fabric, start + rng.uniform(0, 24 * HOUR), cable)
-    storm_cables: set = set()
+    storm_cables: set[Cable] = set()
     for _ in range(20):
         when = start + rng.uniform(0, 24 * HOUR)
         for cable in rng.sample(switch_cables, 20):
