@@ -619,8 +619,7 @@ def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ..
                 for item in report.suspects]
     written: list[Path] = []
     if actions_dir is not None:
-        guids = linkhealth_glue.guid_names(_read_dump(observed))[1] if observed is not None else {}
-        written = linkhealth_glue.write_actions(actions_dir, report, fabric, guids)
+        written = linkhealth_glue.write_actions(actions_dir, report, fabric)
     payload = {"suspects": suspects, "ingestion": report.ingestion,
                "storms": [{"start": storm.start, "end": storm.end, "events": storm.events, "cables": storm.cables}
                           for storm in report.storms],

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from provision.fabric import audit_against_spec, design_endpoint
 from provision.spec import LoadedSpec
 from provision.state.store import StateStore
 from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, tomography, ufm_events
@@ -50,6 +51,7 @@ class Report:
     tomography: dict[str, Any] | None
     history: dict[str, dict[str, Any]]
     window_hours: float
+    guids: dict[str, str]  # switch name -> 0x GUID, from the dump (empty without one)
 
 
 def policy_of(loaded: LoadedSpec) -> linkhealth.Policy:
@@ -128,8 +130,6 @@ def add_port_states(evidence: linkhealth.Evidence, fabric: Fabric, loaded: Loade
                     discovery: ibnetdiscover.Discovery, path: Path) -> None:
     """The dump's view as of its file time: designed cables it shows down or cannot see at all, and
     cables trained below the design rate, from the cabling audit."""
-    from provision.fabric import audit_against_spec, design_endpoint
-
     by_endpoint = {}
     for cable in fabric.cables():
         for node, port in (cable.a, cable.b):
@@ -146,7 +146,9 @@ def add_port_states(evidence: linkhealth.Evidence, fabric: Fabric, loaded: Loade
     linkhealth.add_discovery(evidence, fabric, path.stat().st_mtime, down, slow)
 
 
-def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[str, Any]]:
+def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[str, Any],
+                                                                        dict[str, str]]:
+    """The evidence, what each input contributed, and switch name -> GUID from the dump (for the disable list)."""
     evidence = linkhealth.Evidence()
     ingestion: dict[str, Any] = {}
     zone = loaded.spec.fabric.link_health.ufm_timezone
@@ -160,9 +162,10 @@ def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkheal
         linkhealth.add_carrier(evidence, fabric, found, hca_resolver(loaded))
         ingestion[str(path)] = {"carrier_events": len(found)}
     names: dict[str, str] = {}
+    guids: dict[str, str] = {}
     if inputs.observed is not None:
         discovery = ibnetdiscover.parse(_read(inputs.observed))
-        names = guid_names(discovery)[0]
+        names, guids = guid_names(discovery)
         add_port_states(evidence, fabric, loaded, discovery, inputs.observed)
     snapshots = sorted((read_snapshot(directory, names) for directory in inputs.counters), key=lambda shot: shot[0])
     if len(inputs.counters) == 1:
@@ -172,7 +175,7 @@ def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkheal
         linkhealth.add_counter_deltas(evidence, fabric, start, end, readings)
         ingestion[f"counters {datetime.fromtimestamp(start, UTC):%Y-%m-%d %H:%M} .. "
                   f"{datetime.fromtimestamp(end, UTC):%Y-%m-%d %H:%M}"] = {"ports": len(after)}
-    return evidence, ingestion
+    return evidence, ingestion, guids
 
 
 def read_results(paths: list[Path], router: tomography.Router) -> tuple[str, list[tuple[tomography.Test, bool]]]:
@@ -232,7 +235,7 @@ def run_tomography(fabric: Fabric, paths: list[Path], health: list[linkhealth.Ca
 
 
 def analyse(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs, store: StateStore | None) -> Report:
-    evidence, ingestion = gather(loaded, fabric, inputs)
+    evidence, ingestion, guids = gather(loaded, fabric, inputs)
     policy = policy_of(loaded)
     health, storms, explained = linkhealth.score(fabric, evidence, policy)
     result = None
@@ -244,7 +247,7 @@ def analyse(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs, store: StateStor
     suspects = [item for item in health if item.klass != "healthy"]
     history = {cable_key(item.cable): _history(item, store) for item in suspects}
     return Report(suspects, storms, explained, ingestion, evidence.unmatched, result, history,
-                  loaded.spec.fabric.link_health.window_hours)
+                  loaded.spec.fabric.link_health.window_hours, guids)
 
 
 def _history(item: linkhealth.CableHealth, store: StateStore | None) -> dict[str, Any]:
@@ -260,14 +263,8 @@ def _history(item: linkhealth.CableHealth, store: StateStore | None) -> dict[str
     rung = LADDER.index(done) + 1 if done in LADDER else 0
     return {"last_repair": {"action": done, "at": last["at"]},
             "flaps_since_repair": sum(1 for when in item.flap_times if when >= since),
-            "next_step": LADDER[min(rung, len(LADDER) - 1)] if rung < len(LADDER) else "replace the switch or HCA",
+            "next_step": LADDER[rung] if rung < len(LADDER) else "replace the switch or HCA",
             "earlier_findings": len(earlier)}
-
-
-def remember(store: StateStore, report: Report, run_id: str | None = None) -> None:
-    for item in report.suspects:
-        store.record_cable(cable_key(item.cable), "finding", {"class": item.klass, "flaps": item.flaps,
-                                                              "score": item.score}, run_id=run_id)
 
 
 def suspect_dict(item: linkhealth.CableHealth, fabric: Fabric, history: dict[str, Any]) -> dict[str, Any]:
@@ -285,7 +282,7 @@ def _end(fabric: Fabric, end: Port) -> dict[str, Any]:
     return {"node": node, "port": port, "ufm_port": ufm_events.ufm_port_path(port)[2:], "tier": data.get("kind")}
 
 
-def write_actions(directory: Path, report: Report, fabric: Fabric, guids: dict[str, str]) -> list[Path]:
+def write_actions(directory: Path, report: Report, fabric: Fabric) -> list[Path]:
     """The port-disable list (UFM REST payloads and ibportstate commands) and a ticket per cable; nothing runs."""
     directory.mkdir(parents=True, exist_ok=True)
     to_disable = [item for item in report.suspects if item.klass in ("down", "flapping", "erroring", "degraded")]
@@ -296,7 +293,7 @@ def write_actions(directory: Path, report: Report, fabric: Fabric, guids: dict[s
         for node, port in (item.cable.a, item.cable.b):
             if fabric.graph.nodes[node].get("kind") == HCA:
                 continue  # a host port is taken out with its node, not from the fabric
-            guid = guids.get(node.lower())
+            guid = report.guids.get(node.lower())
             ufm_id = guid.removeprefix("0x") if guid else node  # UFM names systems by bare GUID
             payloads.append({"action": "disable", "identifier": "id", "object_type": "System",
                              "object_ids": [ufm_id], "params": {"port_id": f"{ufm_id}_{port}"},
