@@ -110,17 +110,15 @@ def add_event_log(evidence: Evidence, fabric: Fabric, log: EventLog) -> None:
                                                  event.line, weight, f"ufm {event.code}"))
         if event.serial:
             evidence.serials[cable] = event.serial
-    windows: dict[str, list[tuple[float, float]]] = {}
     opened: dict[str, float] = {}
     for reboot in log.reboots:
         if not reboot.up:
             opened[reboot.device] = reboot.time
         else:
-            windows.setdefault(reboot.device, []).append((opened.pop(reboot.device, reboot.time), reboot.time))
+            evidence.reboots.setdefault(reboot.device, []).append((opened.pop(reboot.device, reboot.time),
+                                                                  reboot.time))
     for device, start in opened.items():  # down, never seen up again: a window of the margin's length
-        windows.setdefault(device, []).append((start, start))
-    for device, spans in windows.items():
-        evidence.reboots.setdefault(device, []).extend(spans)
+        evidence.reboots.setdefault(device, []).append((start, start))
 
 
 def add_carrier(evidence: Evidence, fabric: Fabric, events: Iterable[CarrierEvent],
@@ -202,19 +200,20 @@ def _in_reboot(fabric: Fabric, observation: Observation, reboots: dict[str, list
     return False
 
 
-def _merge_ends(times: list[tuple[float, tuple[Port | None, str]]], weights: list[int],
-                merge_s: float) -> list[tuple[float, int]]:
+def _merge_ends(downs: list[Observation], merge_s: float) -> list[tuple[float, int]]:
     """One flap reported by both ends, or by several codes or sources, counts once; the same report repeated
-    (``ib6: lost carrier`` six times in five seconds) is that many flaps."""
-    flaps: list[tuple[float, int, set[tuple[Port | None, str]]]] = []
-    for (when, reporter), weight in zip(times, weights, strict=True):
-        if flaps and when - flaps[-1][0] <= merge_s and reporter not in flaps[-1][2]:
-            flaps[-1][2].add(reporter)
-            previous = flaps[-1]
-            flaps[-1] = (previous[0], max(previous[1], weight), previous[2])
+    (``ib6: lost carrier`` six times in five seconds) is that many flaps. Returns (time, weight) per flap."""
+    flaps: list[tuple[float, int]] = []
+    reporters: set[tuple[Port | None, str]] = set()  # who reported the latest flap
+    for down in downs:
+        reporter = (down.end, f"{down.source} {down.code}")
+        if flaps and down.time - flaps[-1][0] <= merge_s and reporter not in reporters:
+            reporters.add(reporter)
+            flaps[-1] = (flaps[-1][0], max(flaps[-1][1], down.weight))
             continue
-        flaps.append((when, weight, {reporter}))
-    return [(when, weight) for when, weight, _reporters in flaps]
+        flaps.append((down.time, down.weight))
+        reporters = {reporter}
+    return flaps
 
 
 def most_in_window(flaps: list[tuple[float, int]], window_s: float) -> int:
@@ -261,9 +260,7 @@ def score(fabric: Fabric, evidence: Evidence, policy: Policy = Policy(),
 
 def _judge(cable: Cable, observations: list[Observation], counters: list[tuple[Port, float, float, CounterDelta]],
            policy: Policy, suspicion: tuple[float, str] | None, suppressed: int, serial: str) -> CableHealth:
-    downs = [o for o in observations if o.kind == "down"]
-    flaps = _merge_ends([(o.time, (o.end, f"{o.source} {o.code}")) for o in downs], [o.weight for o in downs],
-                        policy.end_merge_s)
+    flaps = _merge_ends([o for o in observations if o.kind == "down"], policy.end_merge_s)
     event_flaps = most_in_window(flaps, policy.window_s)
     flagged = [o for o in observations if o.kind == "flapping"]
     # LinkDowned deltas: both ends count the same flaps, so a cable's interval count is the larger end's
