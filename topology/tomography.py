@@ -222,9 +222,9 @@ class Localizer:
     min_flows: int = 3
 
     def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
         count = len(self.router.cables)
         self._base = [math.log(self.prior.get(cable, 1.0)) for cable in range(count)]
+        self._prior_mass = sum(self.prior.get(cable, 1.0) for cable in range(count))
         self._fail_in = math.log(1 - self.false_pass) - math.log(self.false_fail)
         self._pass_in = math.log(self.false_pass) - math.log(1 - self.false_fail)
         self._flows_through: dict[int, list[tuple[Flow, list[int]]]] | None = None
@@ -236,8 +236,7 @@ class Localizer:
         self.log_weight = list(self._base)
         self.log_cleared = [0.0] * len(self._base)  # evidence from passing tests alone: true exoneration
         clean = self.first_round_clean if not self.found else self.later_round_clean
-        total = sum(math.exp(value) for value in self.log_weight)
-        self.log_clean = math.log(clean / (1 - clean) * total)
+        self.log_clean = math.log(clean / (1 - clean) * self._prior_mass)
         found = set(self.found) | {twin for cable in self.found for twin in self.twins.get(cable, ())}
         for cable in found:
             self.log_weight[cable] = -math.inf
@@ -353,7 +352,7 @@ class Localizer:
         # Collateral (a cable a flow crosses besides the one it is for) costs what the cable would weigh if
         # only passing tests counted: a cable is not cleared merely because a failing test left it out, since
         # more than one cable may be bad. Tests then avoid dragging in cables nothing has exonerated.
-        scale = 1.0 / (sum(math.exp(value) for value in self._base) / (1 - self.first_round_clean))
+        scale = (1 - self.first_round_clean) / self._prior_mass
         cost = [max(probability, math.exp(base + cleared) * scale)
                 for probability, base, cleared in zip(probabilities, self._base, self.log_cleared, strict=True)]
         order = sorted(range(len(probabilities)), key=probabilities.__getitem__, reverse=True)
