@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from provision.sim.fabric import as_built, parse_port
+from provision.fabric import design_fabric
+from provision.sim.fabric import parse_port
 from provision.spec import LoadedSpec
 from topology.counters import THRESHOLDS
 from topology.model import HCA, Cable, Fabric
@@ -170,7 +171,7 @@ def write_history(loaded: LoadedSpec, faults: list[dict], directory: Path) -> No
 
     The day ends at the spec's simulated clock (a fixed moment, so the files are the same every time).
     """
-    fabric = as_built(loaded, [])
+    fabric = design_fabric(loaded)  # the history is the designed cables' (a miswire does not change who flaps)
     seed = loaded.spec.simulation.seed if loaded.spec.simulation else 0
     end = SIM_CLOCK
     text, readings = history(fabric, faults, seed=seed, end=end)
