@@ -23,6 +23,7 @@ from rich.table import Table
 
 from provision import __version__, hostlist, pipeline
 from provision import linkhealth as linkhealth_glue
+from provision.burnin import pairs as pairs_stage
 from provision.fabric import (
     IdentityError,
     audit_against_plans,
@@ -585,11 +586,13 @@ def _files_option(*names: str, help_text: str):
 @click.option("--year", type=click.IntRange(1970, 9999), help="The year a syslog ends in (syslog omits it).")
 @click.option("--actions", "actions_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Write the port-disable list (UFM REST and ibportstate), tickets and re-check routes here.")
+@click.option("--burnin-results", "last_burnin", is_flag=True,
+              help="Add the pair-test results of the latest burn-in (the default for a simulated cluster).")
 @state_dir_option
 @json_option
 def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ...], counter_dirs: tuple[Path, ...],
                    results: tuple[Path, ...], observed: Path | None, year: int | None, actions_dir: Path | None,
-                   state_dir: Path | None, as_json: bool) -> int:
+                   last_burnin: bool, state_dir: Path | None, as_json: bool) -> int:
     """Name the flapping, erroring, down and degraded cables from events, counters and test results (exit 1 if any)."""
     loaded = load_spec(spec)
     try:
@@ -604,6 +607,12 @@ def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ..
         events = (simulated / "ufm" / "event.log",)
         counter_dirs = tuple(sorted((simulated / "counters").iterdir()))
         observed = observed or simulated / "ibnetdiscover.txt"
+        last_burnin = True
+    if last_burnin and not results:
+        latest = pairs_stage.latest_results(directory)
+        if latest is None and not events:
+            raise pipeline.UsageProblem(f"no burn-in under {directory} has run the pairs stage yet")
+        results = (latest,) if latest else ()
     if not (events or syslogs or counter_dirs or results):
         raise click.UsageError("give at least one of --events, --syslog, --counters, --results")
     inputs = linkhealth_glue.Inputs(list(events), list(syslogs), list(counter_dirs), list(results), observed, year)

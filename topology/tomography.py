@@ -106,7 +106,8 @@ class Router:
         cables.append(self.up[target][0][0])
         return cables
 
-    def aimed_flows(self, cable: int, rng: random.Random, count: int, tries: int = 40) -> list[Flow]:
+    def aimed_flows(self, cable: int, rng: random.Random, count: int, tries: int = 40,
+                    allowed: Callable[[Flow], bool] | None = None) -> list[Flow]:
         """Up to ``count`` flows whose D-mod-K path climbs through ``cable``.
 
         Inverts the routing: the uplink a switch picks is a digit of the destination's number, so the
@@ -135,7 +136,8 @@ class Router:
         flows: list[Flow] = []
         for _ in range(tries if sources and targets else 0):
             source, target = rng.choice(sources), rng.choice(targets)
-            if target != source and self.leaf_of[target] not in below and cable in self.path(source, target):
+            if target != source and self.leaf_of[target] not in below and cable in self.path(source, target) \
+                    and (allowed is None or allowed((source, target))):
                 flows.append((source, target))
                 if len(flows) >= count:
                     break
@@ -220,6 +222,8 @@ class Localizer:
     pool_per_hca: int = 6
     twins: dict[int, list[int]] = field(default_factory=dict)  # found cable -> cables no test can tell from it
     min_flows: int = 3
+    #: Flows a test may use (the burn-in's own HCAs only, say); None: any pair of HCAs of the fabric.
+    allowed: Callable[[Flow], bool] | None = None
 
     def __post_init__(self) -> None:
         count = len(self.router.cables)
@@ -332,15 +336,16 @@ class Localizer:
                 for cable in cables:
                     through.setdefault(cable, []).append((flow, cables))
 
+            usable = self.allowed or (lambda flow: True)
             for source in hcas if len(hcas) > 1 else ():
                 for _ in range(self.pool_per_hca):
                     target = rng.choice(hcas)
-                    if target != source:
+                    if target != source and usable((source, target)):
                         add((source, target))
             for cable in range(len(self.router.cables)):
                 missing = self.min_flows - len(through.get(cable, ()))
                 if missing > 0:
-                    for flow in self.router.aimed_flows(cable, rng, missing):
+                    for flow in self.router.aimed_flows(cable, rng, missing, allowed=self.allowed):
                         add(flow)
             self._flows_through = through
         return self._flows_through

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from provision import hostlist
-from provision.burnin import multinode
+from provision.burnin import multinode, pairs
 from provision.burnin.launch import free_port
 from provision.burnin.node_checks import run_preflight
 from provision.burnin.verdict import NodeVerdict
@@ -50,6 +50,22 @@ def _node(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     return verdicts
 
 
+def _pairs(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+    if context.loaded.fabric is None:
+        raise SystemicFailure("the pairs stage routes its tests through the fabric design: the spec has none")
+    report = pairs.run_pairs_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
+                                   evidence_dir=context.run.path)
+    for finding in report.fabric_suspects:  # a cable is nobody's node: it goes to the cable's history
+        context.store.record_cable(finding["cable"], "finding", {"source": "burnin.pairs", **finding},
+                                   run_id=context.run.id)
+    context.run.event("burnin.pairs", **{key: value for key, value in report.summary.items()
+                                         if key not in ("sweep_rounds", "coverage")},
+                      coverage={key: value for key, value in report.summary["coverage"].items()
+                                if key != "not_covered"} if "coverage" in report.summary else None)
+    context.advance(len(nodes))
+    return report.verdicts
+
+
 def _collectives(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     try:
         verdicts = multinode.run_collectives_stage(context.loaded, nodes, context.store.state_dir,
@@ -62,7 +78,8 @@ def _collectives(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
 
 
 #: Stage name -> runner. A stage the spec selects but this release does not run is refused up front.
-STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "collectives": _collectives}
+STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "pairs": _pairs,
+                                  "collectives": _collectives}
 
 
 class SystemicFailure(RuntimeError):
@@ -176,8 +193,13 @@ class BurninPhase:
         if failed:
             summary += f"; {len(failed)} quarantined: " + "; ".join(
                 f"{name}: {verdicts[name].reason}" for name in sorted(failed))
+        cables = store.cables_found(run.id)
+        if cables:
+            summary += (f"; {len(cables)} fabric cable(s) named by the pair tests (no node's fault): "
+                        f"{', '.join(cables)} — see `provision topology flaps`")
         return PhaseReport(self.name, summary, {"admitted": admitted, "quarantined": sorted(failed),
-                                                "skipped": skipped, "campaign": campaign, "resumed": resumed})
+                                                "skipped": skipped, "campaign": campaign, "resumed": resumed,
+                                                "fabric_findings": cables})
 
     def _entry_points(self, store: StateStore, campaign: str, taken: list[ResolvedNode], stages: list[str],
                       passed: dict[str, set[str]], run_id: str) -> dict[str, int]:

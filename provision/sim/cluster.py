@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.sim import kernel_log
-from provision.sim.fabric import CABLE_FAULTS, write_dump
+from provision.sim.fabric import CABLE_FAULTS, write_dump, write_link_quality
 from provision.sim.faults import CATALOG, resolve_params
 from provision.sim.files import clone_tree
 from provision.sim.hardware import describe
@@ -149,6 +149,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     if loaded.fabric is not None:
         write_dump(loaded, [fault for fault in faults if fault["injected"]], base / "fabric")
         write_history(loaded, [fault for fault in faults if fault["kind"] in HISTORY_FAULTS], base / "fabric")
+        write_link_quality(loaded, [fault for fault in faults if fault["injected"]], base / "fabric")
     manifest = {"cluster": loaded.spec.cluster.name, "spec_path": str(loaded.path.resolve()),
                 "spec_sha256": loaded.sha256, "seed": seed, "nodes": loaded.node_names, "faults": faults,
                 "hosts": hosts, "stand_ins": stand_ins}

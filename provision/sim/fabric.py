@@ -9,13 +9,16 @@ that is down is a cable ibnetdiscover cannot see.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from provision.fabric import design_fabric
 from provision.sim.hardware import hca_guid
+from provision.sim.linkquality import LINK_QUALITY
 from provision.spec import LoadedSpec
 from topology.model import Cable, Fabric
+from topology.tomography import Router
 from topology.writer import write_ibnetdiscover
 
 CABLE_FAULTS = ("miswired_cable", "missing_cable")
@@ -76,3 +79,31 @@ def write_dump(loaded: LoadedSpec, faults: list[dict[str, Any]], directory: Path
 
     path.write_text(write_ibnetdiscover(fabric, guid, title=loaded.spec.cluster.name))
     return path
+
+
+def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directory: Path) -> Path:
+    """What fraction of its bandwidth each degraded cable carries, and which flows cross it.
+
+    ``ib_write_bw`` on a simulated host looks its flow up here: source HCA to target HCA on the SM's D-mod-K
+    route through the as-built fabric, the routes the controller's tomography assumes too. Every ordered HCA
+    pair is routed (a few seconds at a thousand HCAs; nothing at all without a degraded link).
+    """
+    fabric = as_built(loaded, [fault for fault in faults if fault["kind"] in CABLE_FAULTS])
+    degraded = [fault for fault in faults if fault["kind"] == "degraded_link"]
+    entries = []
+    if degraded:
+        router = Router(fabric)
+        wanted = {router.index[_cable(fabric, parse_port(fault["target"]))]: fault for fault in degraded}
+        crossing: dict[int, list[str]] = {number: [] for number in wanted}
+        for source in router.hcas:
+            for target in router.hcas:
+                if source != target:
+                    for number in wanted.keys() & set(router.path(source, target)):
+                        crossing[number].append(f"{source}>{target}")
+        entries = [{"cable": router.cables[number].label(), "factor": fault["params"]["factor"],
+                    "flows": crossing[number]} for number, fault in wanted.items()]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LINK_QUALITY
+    path.write_text(json.dumps({"degraded": entries}, indent=1))
+    return path
+

@@ -26,8 +26,8 @@ from topology.ufm_events import ufm_port_path
 
 HOUR = 3600.0
 SIM_CLOCK = datetime(2026, 11, 2, 12, 0, tzinfo=UTC).timestamp()
-#: Fabric faults whose day shows in the event log and counters (degraded_link needs the pairs stage: not yet).
-HISTORY_FAULTS = ("flapping_cable",)
+#: Fabric faults whose day shows in the event log and counters (a degraded link barely: see the docstring).
+HISTORY_FAULTS = ("flapping_cable", "degraded_link")
 EVENT_LOG = "ufm/event.log"
 COUNTERS = "counters"
 

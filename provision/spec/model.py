@@ -284,6 +284,9 @@ class Workload(Strict):
         "all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
     warmup: Annotated[int, Field(ge=0, le=1000)] = 5
     iters: Annotated[int, Field(ge=1, le=10000)] = 20
+    #: ib_write_bw message size and iterations per pair test (perftest's large-message regime).
+    pair_message_bytes: Annotated[int, Field(ge=2, le=1 << 30)] = 8 << 20
+    pair_iters: Annotated[int, Field(ge=5, le=100000)] = 2000
 
 
 Stage = Literal["preflight", "node", "pairs", "collectives", "training"]

@@ -428,6 +428,12 @@ class StateStore:
             self.db.execute("INSERT INTO cable_history (cable, kind, at, detail, run_id) VALUES (?, ?, ?, ?, ?)",
                        (cable, kind, at or now(), json.dumps(detail, sort_keys=True), run_id))
 
+    def cables_found(self, run_id: str) -> list[str]:
+        """Cables a run recorded findings about, in the order found."""
+        rows = self.db.execute("SELECT cable FROM cable_history WHERE run_id = ? AND kind = 'finding' "
+                               "GROUP BY cable ORDER BY MIN(id)", (run_id,)).fetchall()
+        return [row["cable"] for row in rows]
+
     def cable_history(self, cable: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT kind, at, detail, run_id FROM cable_history WHERE cable = ? ORDER BY at, id",
                                (cable,)).fetchall()

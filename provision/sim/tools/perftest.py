@@ -4,8 +4,9 @@ The server listens on its host's (loopback) address and the client connects to
 it, so a test really needs both processes, the right port and the right order,
 as on a real fabric. The bytes really cross the socket; the reported bandwidth
 is what the simulated link would carry: the slower of the two ports' rates at
-perftest's typical efficiency (doubled with ``-b``), because loopback TCP says
-nothing about an InfiniBand link. GPUDirect (``--use_cuda``) needs the driver
+perftest's typical efficiency (doubled with ``-b``), times the share a degraded
+cable on the flow's route lets through (``sim/fabric/link_quality.json``),
+because loopback TCP says nothing about an InfiniBand link. GPUDirect (``--use_cuda``) needs the driver
 loaded and nvidia-peermem registered on that host, as it does for real.
 Only loopback peers are accepted: a simulated host never sends traffic elsewhere.
 """
@@ -20,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from provision.sim.linkquality import fabric_dir_of, flow_factor
 from provision.sim.node import load_state
 from provision.sim.tools.common import ToolError, not_simulated
 
@@ -155,6 +157,19 @@ def _address(root: Path) -> str:
         return "127.0.0.1"
 
 
+def _route_share(root: Path, options: Options, writer: str, reader: str) -> float:
+    """The fraction of the link rate this test's route carries: the writer-to-reader flow, and with ``-b``
+    the mean of both directions (each direction is its own D-mod-K route)."""
+    there = flow_factor(fabric_dir_of(root), writer, reader)
+    if not options.bidirectional:
+        return there
+    return (there + flow_factor(fabric_dir_of(root), reader, writer)) / 2
+
+
+def _hca(root: Path, device: str) -> str:
+    return f"{load_state(root)['host']}/{device}"
+
+
 def ib_write_bw(root: Path, args: list[str]) -> int:
     options = _parse(args)
     rate, lid = _port_state(root, options.device)
@@ -175,7 +190,8 @@ def _serve(root: Path, options: Options, rate: float, lid: int, cuda: list[str])
             raise ToolError(f" No client connected within {ACCEPT_TIMEOUT_S:g} s", 1) from None
         with connection, connection.makefile("rwb") as stream:
             hello = json.loads(stream.readline())
-            stream.write((json.dumps({"rate": rate, "lid": lid}) + "\n").encode())
+            stream.write((json.dumps({"rate": rate, "lid": lid, "hca": _hca(root, options.device)}) + "\n")
+                         .encode())
             stream.flush()
             received = 0
             while received < hello["bytes"]:
@@ -186,7 +202,9 @@ def _serve(root: Path, options: Options, rate: float, lid: int, cuda: list[str])
             stream.write(b"done\n")
             stream.flush()
     print("\n".join(["-" * 87, *_header(options.device, lid, hello["lid"]),
-                     *_table(options, min(rate, hello["rate"]), f"{root}:{options.port}:server"), "-" * 87]))
+                     *_table(options, min(rate, hello["rate"]) * _route_share(root, options, hello["hca"],
+                                                                               _hca(root, options.device)),
+                             f"{root}:{options.port}:server"), "-" * 87]))
     return 0
 
 
@@ -209,7 +227,8 @@ def _connect(root: Path, options: Options, rate: float, lid: int, cuda: list[str
                                 "for socket connection", 1) from None
             time.sleep(0.1)
     with connection, connection.makefile("rwb") as stream:
-        stream.write((json.dumps({"rate": rate, "lid": lid, "bytes": total}) + "\n").encode())
+        stream.write((json.dumps({"rate": rate, "lid": lid, "bytes": total, "hca": _hca(root, options.device)})
+                      + "\n").encode())
         stream.flush()
         remote = json.loads(stream.readline())
         payload = bytes(CHUNK)
@@ -220,5 +239,8 @@ def _connect(root: Path, options: Options, rate: float, lid: int, cuda: list[str
         if stream.readline().strip() != b"done":
             raise ToolError(" Server did not confirm the transfer", 1)
     print("\n".join([*cuda, "-" * 87, *_header(options.device, lid, remote["lid"]),
-                     *_table(options, min(rate, remote["rate"]), f"{root}:{options.port}:client"), "-" * 87]))
+                     *_table(options, min(rate, remote["rate"]) * _route_share(root, options,
+                                                                               _hca(root, options.device),
+                                                                               remote["hca"]),
+                             f"{root}:{options.port}:client"), "-" * 87]))
     return 0

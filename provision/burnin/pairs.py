@@ -1,0 +1,335 @@
+"""The ``pairs`` stage: pairwise RDMA bandwidth between hosts, every HCA, and the cable that explains a slow one.
+
+A sweep of rounds (``topology.pairing``: every switch cable these hosts' routes can use is crossed, each
+host in one test per round) measures each HCA pair both ways at once (``ib_write_bw -b``) through the
+nodes' sessions. A
+measurement that fails on one side before any traffic (port down, no such device, GPUDirect unavailable) is
+that host's own fault and says so. Slow measurements go to the link tomography: every measurement is a test
+over the cables of its routes; the localizer proposes further flows that split the remaining suspects, and
+each is measured one way (client writes to server: exactly the route the localizer reasoned about), a few
+rounds at most, until it is confident or out of budget.
+
+A cable named between a host and its leaf is that host's cable: the node fails with the evidence. A cable
+between two switches is nobody's node: the nodes pass and the cable is reported as a fabric finding (the phase
+records it in the state store's cable history, and ``provision topology flaps`` reads this run's results).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabric_tests.protocol import parse
+from provision.burnin.launch import free_port
+from provision.burnin.verdict import NodeVerdict, judge
+from provision.checks.outcome import CheckResult, Outcome
+from provision.fabric import design_fabric
+from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
+from provision.linkhealth import cable_key
+from provision.observe import open_session
+from provision.spec import LoadedSpec
+from provision.spec.semantics import ResolvedNode
+from provision.spec.thresholds import effective_thresholds
+from topology import pairing, tomography
+from topology.model import HCA, Cable
+
+ROUND_DEADLINE_S = 120.0
+SESSION_MARGIN_S = 30.0
+ADAPTIVE_ROUNDS = 6
+ADAPTIVE_TESTS = 48
+#: perftest messages that mean the two sides never met (the other side's problem, or the path's), not a
+#: fault of the host that printed them.
+NOT_MET = ("Couldn't connect", "Unable to open file descriptor", "No client connected", "Client went away",
+           "Server did not confirm")
+RESULTS_FILE = "pairs-results.json"
+
+Flow = tomography.Flow
+
+
+@dataclass
+class Measurement:
+    """One HCA pair measured, the client writing to the server, or both ways at once (``-b``)."""
+
+    client: str  # HCA, "host/mlx5_0"
+    server: str
+    threshold_gbps: float
+    label: str
+    bidirectional: bool = True
+    gbps: float | None = None
+    error: str = ""
+    at_fault: str | None = None  # the host whose own side failed before any traffic
+
+    @property
+    def measured(self) -> bool:
+        return self.gbps is not None
+
+    @property
+    def passed(self) -> bool:
+        return self.gbps is not None and self.gbps >= self.threshold_gbps
+
+    @property
+    def flows(self) -> list[Flow]:
+        there = (self.client, self.server)
+        return [there, (self.server, self.client)] if self.bidirectional else [there]
+
+    def describe(self) -> str:
+        shown = f"{self.gbps:.0f} Gb/s" if self.gbps is not None else self.error
+        arrow = "<->" if self.bidirectional else "->"
+        return f"{self.label}: {self.client} {arrow} {self.server}: {shown} (threshold {self.threshold_gbps:g})"
+
+
+@dataclass
+class PairsReport:
+    verdicts: list[NodeVerdict]
+    fabric_suspects: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _host(hca: str) -> str:
+    return hca.split("/", 1)[0]
+
+
+def _device(hca: str) -> str:
+    return hca.split("/", 1)[1]
+
+
+class PairRunner:
+    """Measures lists of HCA pairs, one round at a time, through the nodes' sessions."""
+
+    def __init__(self, loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int) -> None:
+        self.loaded, self.state_dir = loaded, state_dir
+        self.nodes = {node.name: node for node in nodes}
+        spec = loaded.spec
+        self.rails = {node.name: [f"{node.name}/{hca}" for hca in spec.hardware[node.hardware].rails]
+                      for node in nodes}
+        self.gpu_of = {f"{node.name}/{hca}": gpu for node in nodes
+                       for hca, gpu in spec.hardware[node.hardware].rails.items()}
+        limits = effective_thresholds(spec.hardware[nodes[0].hardware], spec.fabric, spec.burnin.thresholds)
+        self.one_way_gbps = limits["ib_write_bw_gbps"].value
+        self.base_port = free_port(seed + 1)
+        self.rounds = 0
+
+    def _args(self, hca: str, bidirectional: bool) -> list[str]:
+        work = self.loaded.spec.burnin.workload
+        args = ["--report_gbits", "-F", "-s", str(work.pair_message_bytes), "-n", str(work.pair_iters)]
+        if bidirectional:
+            args.append("-b")
+        if self.loaded.spec.host.gpudirect != "off":
+            args.append(f"--use_cuda={self.gpu_of[hca]}")
+        return args
+
+    def _port(self, hca: str) -> int:
+        return self.base_port + self.rails[_host(hca)].index(hca)
+
+    def measure(self, pairs: list[tuple[str, str]], label: str, *, bidirectional: bool = True) -> list[Measurement]:
+        """``pairs`` (client HCA, server HCA) with no HCA twice; all of them at once."""
+        self.rounds += 1
+        legs: dict[str, list[dict[str, Any]]] = {}
+        for client, server in pairs:
+            legs.setdefault(_host(server), []).append(
+                {"device": _device(server), "port": self._port(server), "args": self._args(server, bidirectional)})
+            legs.setdefault(_host(client), []).append(
+                {"device": _device(client), "port": self._port(server), "args": self._args(client, bidirectional),
+                 "peer": self.nodes[_host(server)].address})
+        with ThreadPoolExecutor(max_workers=max(1, len(legs))) as pool:
+            outcomes = dict(zip(legs, pool.map(self._run_host, legs.items()), strict=True))
+        threshold = self.one_way_gbps * (2 if bidirectional else 1)  # -b reports both directions summed
+        return [self._judge(Measurement(client, server, threshold, label, bidirectional), outcomes)
+                for client, server in pairs]
+
+    def _run_host(self, host_legs: tuple[str, list[dict[str, Any]]]) -> dict[tuple[str, str], dict[str, Any]] | str:
+        host, legs = host_legs
+        argv = [self.loaded.spec.burnin.python, "-m", "fabric_tests.perftest", "--deadline", f"{ROUND_DEADLINE_S:g}",
+                "--legs", json.dumps(legs, separators=(",", ":"))]
+        try:
+            session = open_session(self.loaded, self.nodes[host], self.state_dir)
+        except Exception as error:
+            return f"cannot reach the node: {type(error).__name__}: {error}"
+        try:
+            command = session.run(argv, ROUND_DEADLINE_S + SESSION_MARGIN_S)
+        finally:
+            session.close()
+        records = [record for record in parse(command.stdout) if record.get("type") == "perftest"]
+        if not records:
+            return f"the pair-test helper did not report ({command.problem()})"
+        return {(record["device"], record["role"]): record for record in records}
+
+    def _judge(self, measurement: Measurement, outcomes: dict[str, Any]) -> Measurement:
+        client, server = measurement.client, measurement.server
+        sides = {}
+        for hca, role in ((server, "server"), (client, "client")):
+            outcome = outcomes[_host(hca)]
+            if isinstance(outcome, str):
+                measurement.error, measurement.at_fault = f"{hca}: {outcome}", _host(hca)
+                return measurement
+            sides[role] = outcome.get((_device(hca), role), {"rc": -1, "stderr": "no outcome", "timed_out": False,
+                                                             "stdout": ""})
+        for hca, role in ((server, "server"), (client, "client")):  # the server's own failure explains the client's
+            side = sides[role]
+            text = side["stderr"].strip()
+            if side["rc"] != 0 and not side["timed_out"] and not any(marker in text for marker in NOT_MET):
+                last = text.splitlines()[-1] if text else f"exit {side['rc']}"
+                measurement.error = f"{hca} ({role}): {last}"
+                measurement.at_fault = _host(hca)
+                return measurement
+        rows = parse_bandwidth(sides["client"]["stdout"])
+        measurement.gbps = largest_message_average_gbps(rows)
+        if measurement.gbps is None:
+            text = (sides["client"]["stderr"] or sides["server"]["stderr"]).strip()
+            measurement.error = "timed out" if sides["client"]["timed_out"] else \
+                (text.splitlines()[-1] if text else "no bandwidth row in the output")
+        return measurement
+
+
+def _rounds_of(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """Pack HCA pairs into rounds where no HCA appears twice."""
+    rounds: list[tuple[set[str], list[tuple[str, str]]]] = []
+    for pair in pairs:
+        for busy, chosen in rounds:
+            if not busy & set(pair):
+                busy.update(pair)
+                chosen.append(pair)
+                break
+        else:
+            rounds.append((set(pair), [pair]))
+    return [chosen for _busy, chosen in rounds]
+
+
+def _record(localizer: tomography.Localizer, router: tomography.Router, measurements: list[Measurement]) -> None:
+    for measurement in measurements:
+        if measurement.at_fault is None:
+            localizer.record(tomography.test_of(router, measurement.flows), not measurement.passed)
+
+
+def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
+                    evidence_dir: Path) -> PairsReport:
+    if len(nodes) < 2:
+        return PairsReport([judge(loaded.spec.admission, node.name, "pairs", [CheckResult(
+            "pair_bandwidth", Outcome.SILENCED, "a single node has no partner for pair tests")]) for node in nodes])
+    fabric = design_fabric(loaded)
+    router = tomography.Router(fabric)
+    runner = PairRunner(loaded, nodes, state_dir, seed=seed)
+    plan = pairing.schedule(router, runner.rails, seed=seed)
+    measurements: list[Measurement] = []
+    for number, tests in enumerate(plan.rounds, 1):
+        pairs = [pair for test in tests for pair in pairing.hca_pairs(runner.rails, test)]
+        measurements += runner.measure(pairs, f"sweep {number}")
+    at_fault = {measurement.at_fault for measurement in measurements if measurement.at_fault}
+    live = {hca for host, hcas in runner.rails.items() if host not in at_fault for hca in hcas}
+    localizer = tomography.Localizer(router, seed=seed,
+                                     allowed=lambda flow: flow[0] in live and flow[1] in live
+                                     and _host(flow[0]) != _host(flow[1]))
+    adaptive = 0
+    if any(not measurement.passed for measurement in measurements if measurement.at_fault is None):
+        _record(localizer, router, measurements)
+        for _round in range(ADAPTIVE_ROUNDS):
+            if (localizer.done() and not localizer.prune()) or adaptive >= ADAPTIVE_TESTS:
+                break
+            proposal = localizer.propose()
+            flows = list(dict.fromkeys(proposal.flows))[:ADAPTIVE_TESTS - adaptive]
+            if not flows:
+                break
+            for batch in _rounds_of(flows):
+                found = runner.measure(batch, f"adaptive {_round + 1}", bidirectional=False)
+                measurements += found
+                _record(localizer, router, found)
+                adaptive += len(found)
+    suspects = localizer.suspects() if adaptive or localizer.results else []
+    report = _verdicts(loaded, nodes, measurements, suspects, router)
+    report.summary = {
+        "rounds": runner.rounds, "measurements": len(measurements), "adaptive_measurements": adaptive,
+        "threshold_gbps": {"one_way": runner.one_way_gbps, "both_ways": 2 * runner.one_way_gbps},
+        "coverage": {"switch_cables_coverable": len(plan.coverable), "covered": len(plan.covered),
+                     "not_covered": sorted(cable_key(router.cables[number]) for number in plan.uncovered)},
+        "sweep_rounds": [[list(test) for test in tests] for tests in plan.rounds],
+        "fabric_suspects": report.fabric_suspects,
+        "unexplained": [measurement.describe() for measurement in measurements
+                        if measurement.at_fault is None and not measurement.passed
+                        and not _explained(measurement, router, suspects)]}
+    _write(evidence_dir, measurements, report.summary)
+    return report
+
+
+def _explained(measurement: Measurement, router: tomography.Router, suspects: list[tomography.Suspect]) -> bool:
+    cables = router.cables_of(measurement.flows)
+    return any(router.index[cable] in cables for suspect in suspects
+               for cable in (suspect.cable, *suspect.indistinguishable))
+
+
+def _host_end(cable: Cable, graph: Any) -> str | None:
+    for node, _port in (cable.a, cable.b):
+        if graph.nodes[node].get("kind") == HCA:
+            return str(graph.nodes[node].get("host"))
+    return None
+
+
+def _verdicts(loaded: LoadedSpec, nodes: list[ResolvedNode], measurements: list[Measurement],
+              suspects: list[tomography.Suspect], router: tomography.Router) -> PairsReport:
+    checks: dict[str, list[CheckResult]] = {node.name: [] for node in nodes}
+    for measurement in measurements:
+        if measurement.at_fault in checks:
+            checks[measurement.at_fault].append(CheckResult(
+                "perftest", Outcome.FAILED, f"ib_write_bw could not run: {measurement.error}",
+                "check the HCA port (ibstat), its cable and, with GPUDirect, nvidia-peermem",
+                [measurement.describe()]))
+    slow = [measurement for measurement in measurements if measurement.measured and not measurement.passed]
+    fabric_suspects = []
+    for suspect in suspects:
+        through = [measurement.describe() for measurement in slow
+                   if router.index[suspect.cable] in router.cables_of(measurement.flows)]
+        host = _host_end(suspect.cable, router.fabric.graph)
+        if host in checks:
+            checks[host].append(CheckResult(
+                "pair_bandwidth", Outcome.FAILED, f"its cable {cable_key(suspect.cable)} is degraded: named by "
+                f"tomography (confidence {suspect.confidence:.2f}) from {len(through)} slow pair test(s)",
+                "reseat the cable and transceiver at both ends, then re-run the burn-in; replace the cable if it "
+                "repeats", through[:8]))
+        elif host is None:
+            fabric_suspects.append({
+                "cable": cable_key(suspect.cable), "confidence": round(suspect.confidence, 3),
+                "indistinguishable_from": [cable_key(other) for other in suspect.indistinguishable],
+                "evidence": through[:8]})
+    shared = [str(suspect["cable"]) for suspect in fabric_suspects]
+    verdicts = []
+    for node in nodes:
+        if not checks[node.name]:
+            checks[node.name].append(_healthy(node.name, measurements, shared))
+        verdicts.append(judge(loaded.spec.admission, node.name, "pairs", checks[node.name]))
+    return PairsReport(verdicts, fabric_suspects)
+
+
+def _healthy(host: str, measurements: list[Measurement], fabric_cables: list[str]) -> CheckResult:
+    """The node's sweep figures (both ways at once; the adaptive one-way tests are about cables)."""
+    sweep = [m for m in measurements
+             if m.gbps is not None and m.bidirectional and host in (_host(m.client), _host(m.server))]
+    if not sweep:
+        return CheckResult("pair_bandwidth", Outcome.UNKNOWN, "no pair test measured this node",
+                           "re-run the burn-in")
+    rates = [m.gbps for m in sweep if m.gbps is not None]
+    message = (f"{len(rates)} HCA pair test(s), slowest {min(rates):.0f} Gb/s, median "
+               f"{statistics.median(rates):.0f} Gb/s (threshold {sweep[0].threshold_gbps:g}, both directions)")
+    if fabric_cables:
+        message += f"; slow tests explained by fabric cable(s) {', '.join(fabric_cables)}, not by this node"
+    return CheckResult("pair_bandwidth", Outcome.OK, message)
+
+
+def _write(directory: Path, measurements: list[Measurement], summary: dict[str, Any]) -> None:
+    """The measurements in the format ``provision topology flaps --results`` reads, and the stage's report."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tests = [{"flows": [list(flow) for flow in measurement.flows], "passed": measurement.passed,
+              "gbps": measurement.gbps, "threshold_gbps": measurement.threshold_gbps, "round": measurement.label}
+             for measurement in measurements if measurement.at_fault is None]
+    (directory / RESULTS_FILE).write_text(json.dumps({"routing": "dmodk", "tests": tests}, indent=1))
+    (directory / "pairs-report.json").write_text(json.dumps(
+        {**summary, "measured": [measurement.describe() for measurement in measurements]}, indent=1))
+
+
+def latest_results(state_dir: Path) -> Path | None:
+    """The pair-test results of the most recent burn-in run that measured any (run ids sort by time)."""
+    runs = state_dir / "runs"
+    found = sorted(runs.glob(f"*/{RESULTS_FILE}")) if runs.is_dir() else []
+    return found[-1] if found else None
