@@ -230,6 +230,7 @@ def burnin(spec: Path, state_dir: Path | None, limit: str | None, wait_lock: flo
         if as_json:
             _emit_json({"run_id": result.run.id, "run_dir": str(result.run.path), "exit_code": result.exit_code,
                         "summary": report.summary if report else "", "stopped": result.stopped,
+                        "fabric_findings": store.cables_found(result.run.id),
                         "nodes": [{"node": record.name, "state": str(record.state), "stage": record.stage,
                                    "check": _quarantine_check(store, record.name)
                                    if record.state is NodeState.QUARANTINED else None,

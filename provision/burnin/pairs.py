@@ -138,7 +138,7 @@ class PairRunner:
         with ThreadPoolExecutor(max_workers=max(1, len(legs))) as pool:
             outcomes = dict(zip(legs, pool.map(self._run_host, legs.items()), strict=True))
         threshold = self.one_way_gbps * (2 if bidirectional else 1)  # -b reports both directions summed
-        return [self._judge(Measurement(client, server, threshold, label, bidirectional), outcomes)
+        return [read_outcome(Measurement(client, server, threshold, label, bidirectional), outcomes)
                 for client, server in pairs]
 
     def _run_host(self, host_legs: tuple[str, list[dict[str, Any]]]) -> dict[tuple[str, str], dict[str, Any]] | str:
@@ -158,31 +158,35 @@ class PairRunner:
             return f"the pair-test helper did not report ({command.problem()})"
         return {(record["device"], record["role"]): record for record in records}
 
-    def _judge(self, measurement: Measurement, outcomes: dict[str, Any]) -> Measurement:
-        client, server = measurement.client, measurement.server
-        sides = {}
-        for hca, role in ((server, "server"), (client, "client")):
-            outcome = outcomes[_host(hca)]
-            if isinstance(outcome, str):
-                measurement.error, measurement.at_fault = f"{hca}: {outcome}", _host(hca)
-                return measurement
-            sides[role] = outcome.get((_device(hca), role), {"rc": -1, "stderr": "no outcome", "timed_out": False,
-                                                             "stdout": ""})
-        for hca, role in ((server, "server"), (client, "client")):  # the server's own failure explains the client's
-            side = sides[role]
-            text = side["stderr"].strip()
-            if side["rc"] != 0 and not side["timed_out"] and not any(marker in text for marker in NOT_MET):
-                last = text.splitlines()[-1] if text else f"exit {side['rc']}"
-                measurement.error = f"{hca} ({role}): {last}"
-                measurement.at_fault = _host(hca)
-                return measurement
-        rows = parse_bandwidth(sides["client"]["stdout"])
-        measurement.gbps = largest_message_average_gbps(rows)
-        if measurement.gbps is None:
-            text = (sides["client"]["stderr"] or sides["server"]["stderr"]).strip()
-            measurement.error = "timed out" if sides["client"]["timed_out"] else \
-                (text.splitlines()[-1] if text else "no bandwidth row in the output")
-        return measurement
+
+def read_outcome(measurement: Measurement, outcomes: dict[str, Any]) -> Measurement:
+    """Fill ``measurement`` from what each host's helper reported (or why it could not run): the figure, or
+    the error and whose side it was. A side that failed on its own (not because the other never came) is at
+    fault; the server is looked at first, since its failure is what the client then reports."""
+    client, server = measurement.client, measurement.server
+    sides = {}
+    for hca, role in ((server, "server"), (client, "client")):
+        outcome = outcomes[_host(hca)]
+        if isinstance(outcome, str):
+            measurement.error, measurement.at_fault = f"{hca}: {outcome}", _host(hca)
+            return measurement
+        sides[role] = outcome.get((_device(hca), role), {"rc": -1, "stderr": "no outcome", "timed_out": False,
+                                                         "stdout": ""})
+    for hca, role in ((server, "server"), (client, "client")):  # the server's own failure explains the client's
+        side = sides[role]
+        text = side["stderr"].strip()
+        if side["rc"] != 0 and not side["timed_out"] and not any(marker in text for marker in NOT_MET):
+            last = text.splitlines()[-1] if text else f"exit {side['rc']}"
+            measurement.error = f"{hca} ({role}): {last}"
+            measurement.at_fault = _host(hca)
+            return measurement
+    rows = parse_bandwidth(sides["client"]["stdout"])
+    measurement.gbps = largest_message_average_gbps(rows)
+    if measurement.gbps is None:
+        text = (sides["client"]["stderr"] or sides["server"]["stderr"]).strip()
+        measurement.error = "timed out" if sides["client"]["timed_out"] else \
+            (text.splitlines()[-1] if text else "no bandwidth row in the output")
+    return measurement
 
 
 def _rounds_of(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:

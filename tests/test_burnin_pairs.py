@@ -1,0 +1,88 @@
+"""The pairs stage end to end on the simulated cluster: real ib_write_bw stand-in pairs moving bytes over
+loopback through the nodes' sessions, a degraded cable on a host and two between switches, and the link
+tomography naming each; then ``provision topology flaps`` reads the burn-in's results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import run_cli
+from tests.simhelpers import write_spec
+
+HOST_CABLE = "leaf-su01-r2/3 - sim03/mlx5_4/1"
+FABRIC_CABLES = {"leaf-su02-r1/6 - spine-g01-02/6", "leaf-su01-r1/7 - spine-g01-03/2"}
+FAULTS = [
+    {"kind": "degraded_link", "target": "leaf-su02-r1/6", "params": {"factor": 0.5}},
+    {"kind": "degraded_link", "target": "spine-g01-03/2", "params": {"factor": 0.4}},
+    {"kind": "degraded_link", "target": "leaf-su01-r2/3", "params": {"factor": 0.6}},  # sim03's mlx5_4 cable
+]
+
+
+def _spec(directory: Path) -> Path:
+    spec = write_spec(directory, FAULTS, hosts="sim[01-08]", stages=["preflight", "pairs"],
+                      admission={"max_failure_percent": {"burnin": 100}})
+    data = yaml.safe_load(spec.read_text())
+    data["hardware"]["hgx-h100"]["gpu"]["count"] = 4
+    data["hardware"]["hgx-h100"]["rails"] = {"mlx5_0": 0, "mlx5_3": 1, "mlx5_4": 2, "mlx5_5": 3}
+    data["fabric"]["rails"] = 4
+    data["burnin"]["workload"].update(pair_message_bytes=1 << 20, pair_iters=20)
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    return spec
+
+
+@pytest.fixture(scope="module")
+def burned_in(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    spec = _spec(tmp_path_factory.mktemp("pairs"))
+    applied = run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=600)
+    assert applied.returncode == 0, applied.stderr
+    result = run_cli("burnin", str(spec), "--json", timeout=600)
+    assert result.stdout, result.stderr
+    payload = json.loads(result.stdout)
+    run_dir = Path(payload["run_dir"])
+    return {"spec": spec, "rc": result.returncode, "payload": payload, "run_dir": run_dir,
+            "nodes": {row["node"]: row for row in payload["nodes"]},
+            "report": json.loads((run_dir / "pairs-report.json").read_text())}
+
+
+def test_the_host_with_the_degraded_cable_is_quarantined_and_only_it(burned_in: dict) -> None:
+    assert burned_in["rc"] == 1
+    sim03 = burned_in["nodes"]["sim03"]
+    assert sim03["state"] == "quarantined" and sim03["stage"] == "pairs"
+    assert "pairs/pair_bandwidth" in sim03["reason"] and HOST_CABLE in sim03["reason"]
+    others = {name: row["state"] for name, row in burned_in["nodes"].items() if name != "sim03"}
+    assert set(others.values()) == {"admitted"}, others
+
+
+def test_switch_cables_are_fabric_findings_not_node_failures(burned_in: dict) -> None:
+    report = burned_in["report"]
+    assert {finding["cable"] for finding in report["fabric_suspects"]} == FABRIC_CABLES
+    assert all(finding["evidence"] for finding in report["fabric_suspects"])
+    assert report["unexplained"] == []
+    coverage = report["coverage"]
+    assert coverage["covered"] == coverage["switch_cables_coverable"] > 0
+    assert set(burned_in["payload"]["fabric_findings"]) == FABRIC_CABLES
+    assert "2 fabric cable(s) named by the pair tests" in burned_in["payload"]["summary"]
+
+
+def test_results_are_in_the_format_tomography_reads_and_no_test_process_is_left(burned_in: dict) -> None:
+    results = json.loads((burned_in["run_dir"] / "pairs-results.json").read_text())
+    assert results["routing"] == "dmodk" and len(results["tests"]) >= 16
+    slow = [test for test in results["tests"] if not test["passed"]]
+    assert slow and all(test["gbps"] < test["threshold_gbps"] for test in slow)
+    left = subprocess.run(["pgrep", "-f", "ib_write_bw|fabric_tests.perftest"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
+
+
+def test_flaps_on_the_burn_in_results_names_exactly_the_degraded_cables(burned_in: dict) -> None:
+    result = run_cli("topology", "flaps", str(burned_in["spec"]), "--json", timeout=120)
+    assert result.returncode == 1, result.stderr
+    suspects = {row["cable"]: row for row in json.loads(result.stdout)["suspects"]}
+    assert set(suspects) == FABRIC_CABLES | {HOST_CABLE}
+    assert {row["class"] for row in suspects.values()} == {"degraded"}
+    for cable in FABRIC_CABLES:  # the burn-in's finding is on the cable's record
+        assert suspects[cable]["history"]["earlier_findings"] == 1
