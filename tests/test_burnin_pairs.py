@@ -1,6 +1,7 @@
 """The pairs stage end to end on the simulated cluster: real ib_write_bw stand-in pairs moving bytes over
 loopback through the nodes' sessions, a degraded cable on a host and two between switches, and the link
-tomography naming each; then ``provision topology flaps`` reads the burn-in's results."""
+tomography naming each; then ``provision topology flaps`` reads the simulated fabric's event log and counters
+(a flapping cable) and the burn-in's results, and names exactly the injected cables."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from tests.conftest import run_cli
 from tests.simhelpers import write_spec
 
 HOST_CABLE = "leaf-su01-r2/3 - sim03/mlx5_4/1"
+FLAPPING = "leaf-su01-r0/5 - spine-g01-01/1"
 FABRIC_CABLES = {"leaf-su02-r1/6 - spine-g01-02/6", "leaf-su01-r1/7 - spine-g01-03/2"}
 FAULTS = [
     {"kind": "degraded_link", "target": "leaf-su02-r1/6", "params": {"factor": 0.5}},
     {"kind": "degraded_link", "target": "spine-g01-03/2", "params": {"factor": 0.4}},
     {"kind": "degraded_link", "target": "leaf-su01-r2/3", "params": {"factor": 0.6}},  # sim03's mlx5_4 cable
+    {"kind": "flapping_cable", "target": "leaf-su01-r0/5", "params": {"flaps_per_hour": 2}},
 ]
 
 
@@ -78,11 +81,23 @@ def test_results_are_in_the_format_tomography_reads_and_no_test_process_is_left(
     assert left.stdout == "", left.stdout
 
 
-def test_flaps_on_the_burn_in_results_names_exactly_the_degraded_cables(burned_in: dict) -> None:
-    result = run_cli("topology", "flaps", str(burned_in["spec"]), "--json", timeout=120)
+def test_flaps_on_events_counters_and_burn_in_results_names_exactly_the_injected_cables(burned_in: dict,
+                                                                                        tmp_path: Path) -> None:
+    result = run_cli("topology", "flaps", str(burned_in["spec"]), "--json", "--actions", str(tmp_path / "actions"),
+                     timeout=120)
     assert result.returncode == 1, result.stderr
     suspects = {row["cable"]: row for row in json.loads(result.stdout)["suspects"]}
-    assert set(suspects) == FABRIC_CABLES | {HOST_CABLE}
-    assert {row["class"] for row in suspects.values()} == {"degraded"}
+    assert set(suspects) == FABRIC_CABLES | {HOST_CABLE, FLAPPING}
+    assert suspects[FLAPPING]["class"] == "flapping" and suspects[FLAPPING]["flaps_in_window"] >= 40
+    assert {suspects[cable]["class"] for cable in FABRIC_CABLES | {HOST_CABLE}} == {"degraded"}
+    assert all(any("tomography" in line for line in suspects[cable]["evidence"]) for cable in FABRIC_CABLES)
     for cable in FABRIC_CABLES:  # the burn-in's finding is on the cable's record
         assert suspects[cable]["history"]["earlier_findings"] == 1
+    payloads = json.loads((tmp_path / "actions" / "disable_ports.ufm.json").read_text())
+    # both switch ends of every switch cable, the leaf end of the host's cable (its HCA leaves with the node)
+    assert sorted(payload["description"].split(" cable ")[-1] for payload in payloads) == sorted(
+        [*FABRIC_CABLES, FLAPPING] * 2 + [HOST_CABLE])
+    commands = (tmp_path / "actions" / "disable_ports.sh").read_text().splitlines()
+    assert sum(line.startswith("ibportstate -G ") and line.endswith(" disable") for line in commands) == 7
+    tickets = sorted(path.name for path in (tmp_path / "actions" / "tickets").iterdir())
+    assert len(tickets) == 4

@@ -82,7 +82,8 @@ def test_a_measured_pair_carries_the_client_figure() -> None:
 def test_a_side_that_fails_on_its_own_is_at_fault_not_its_partner() -> None:
     port_down = _read(_side(1, stderr=" Port number 1 state is Down\n Couldn't set up local port"),
                       _side(1, stderr=" Couldn't connect to 127.0.0.12:19000\n Unable to open file descriptor"))
-    assert port_down.at_fault == "h2" and port_down.error == "h2/mlx5_3 (server): Couldn't set up local port"
+    assert port_down.at_fault == "h2" and port_down.error == (
+        "h2/mlx5_3 (server): Port number 1 state is Down / Couldn't set up local port")
     no_cuda = _read(_side(stdout=TABLE), _side(1, stderr=" Couldn't allocate MR with CUDA memory"))
     assert no_cuda.at_fault == "h1" and "CUDA" in no_cuda.error
     unreachable = _read(_side(stdout=TABLE), "cannot reach the node: TimeoutError: timed out")

@@ -374,3 +374,28 @@ def test_ib_write_bw_with_gpudirect_needs_registered_peermem(tmp_path: Path) -> 
     _install_driver(host)
     no_peermem = host.run("ib_write_bw", "-d", "mlx5_0", "--use_cuda=0", "127.0.0.12", check=False)
     assert no_peermem.returncode == 1 and "nvidia-peermem not registered" in no_peermem.stderr
+
+
+def test_link_quality_lists_exactly_the_flows_whose_route_crosses_a_degraded_cable(tmp_path: Path) -> None:
+    from provision.fabric import design_fabric
+    from provision.sim.linkquality import flow_factor
+    from provision.spec import load_spec
+    from topology.tomography import Router
+
+    degraded = {"leaf-su02-r1/6": 0.5, "spine-g03-02/6": 0.4, "leaf-su01-r2/3": 0.6}  # leaf-spine, spine-core, host
+    state, _ = bring_up(tmp_path, [{"kind": "degraded_link", "target": target, "params": {"factor": factor}}
+                                   for target, factor in degraded.items()], hosts="sim[01-16]")
+    router = Router(design_fabric(load_spec(tmp_path / "spec.yaml")))
+    factors = {}
+    for target, factor in degraded.items():
+        switch, port = target.rsplit("/", 1)
+        cable = router.fabric.cable_at((switch, int(port)))
+        assert cable is not None
+        factors[router.index[cable]] = factor
+    directory = state / "sim" / "fabric"
+    hcas = router.hcas[::3]  # a third of the sources and targets: every kind of route, in a second
+    for source in hcas:
+        for target in hcas:
+            if source != target:
+                crossed = [factors[number] for number in router.path(source, target) if number in factors]
+                assert flow_factor(directory, source, target) == min(crossed, default=1.0), (source, target)

@@ -39,8 +39,10 @@ from topology.model import HCA, Cable
 
 ROUND_DEADLINE_S = 120.0
 SESSION_MARGIN_S = 30.0
-ADAPTIVE_ROUNDS = 6
-ADAPTIVE_TESTS = 48
+#: The adaptive loop's budget: proposals (each one question of the localizer, its flows measured side by side in
+#: as few rounds as HCA exclusivity allows) and measurements in all.
+ADAPTIVE_PROPOSALS = 8
+ADAPTIVE_MEASUREMENTS = 256
 #: perftest messages that mean the two sides never met (the other side's problem, or the path's), not a
 #: fault of the host that printed them.
 NOT_MET = ("Couldn't connect", "Unable to open file descriptor", "No client connected", "Client went away",
@@ -176,8 +178,8 @@ def read_outcome(measurement: Measurement, outcomes: dict[str, Any]) -> Measurem
         side = sides[role]
         text = side["stderr"].strip()
         if side["rc"] != 0 and not side["timed_out"] and not any(marker in text for marker in NOT_MET):
-            last = text.splitlines()[-1] if text else f"exit {side['rc']}"
-            measurement.error = f"{hca} ({role}): {last}"
+            said = _said(text) or f"exit {side['rc']}"
+            measurement.error = f"{hca} ({role}): {said}"
             measurement.at_fault = _host(hca)
             return measurement
     rows = parse_bandwidth(sides["client"]["stdout"])
@@ -185,8 +187,13 @@ def read_outcome(measurement: Measurement, outcomes: dict[str, Any]) -> Measurem
     if measurement.gbps is None:
         text = (sides["client"]["stderr"] or sides["server"]["stderr"]).strip()
         measurement.error = "timed out" if sides["client"]["timed_out"] else \
-            (text.splitlines()[-1] if text else "no bandwidth row in the output")
+            (_said(text) or "no bandwidth row in the output")
     return measurement
+
+
+def _said(text: str) -> str:
+    """A tool's complaint on one line (perftest spreads one error over several indented lines)."""
+    return " / ".join(line.strip() for line in text.splitlines() if line.strip())[-300:]
 
 
 def _rounds_of(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
@@ -227,25 +234,28 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
     localizer = tomography.Localizer(router, seed=seed,
                                      allowed=lambda flow: flow[0] in live and flow[1] in live
                                      and _host(flow[0]) != _host(flow[1]))
-    adaptive = 0
+    adaptive = proposals = 0
     if any(not measurement.passed for measurement in measurements if measurement.at_fault is None):
         _record(localizer, router, measurements)
-        for _round in range(ADAPTIVE_ROUNDS):
-            if (localizer.done() and not localizer.prune()) or adaptive >= ADAPTIVE_TESTS:
+        for proposal_number in range(1, ADAPTIVE_PROPOSALS + 1):
+            if (localizer.done() and not localizer.prune()) or adaptive >= ADAPTIVE_MEASUREMENTS:
                 break
             proposal = localizer.propose()
-            flows = list(dict.fromkeys(proposal.flows))[:ADAPTIVE_TESTS - adaptive]
+            flows = list(dict.fromkeys(proposal.flows))[:ADAPTIVE_MEASUREMENTS - adaptive]
             if not flows:
                 break
+            proposals += 1
             for batch in _rounds_of(flows):
-                found = runner.measure(batch, f"adaptive {_round + 1}", bidirectional=False)
+                found = runner.measure(batch, f"adaptive {proposal_number}", bidirectional=False)
                 measurements += found
                 _record(localizer, router, found)
                 adaptive += len(found)
     suspects = localizer.suspects() if adaptive or localizer.results else []
     report = _verdicts(loaded, nodes, measurements, suspects, router)
     report.summary = {
-        "rounds": runner.rounds, "measurements": len(measurements), "adaptive_measurements": adaptive,
+        "rounds": runner.rounds, "sweep_rounds_count": len(plan.rounds), "measurements": len(measurements),
+        "adaptive_proposals": proposals, "adaptive_measurements": adaptive,
+        "localizer_done": bool(localizer.results) and localizer.done(),
         "threshold_gbps": {"one_way": runner.one_way_gbps, "both_ways": 2 * runner.one_way_gbps},
         "coverage": {"switch_cables_coverable": len(plan.coverable), "covered": len(plan.covered),
                      "not_covered": sorted(cable_key(router.cables[number]) for number in plan.uncovered)},

@@ -15,9 +15,9 @@ from typing import Any
 
 from provision.fabric import design_fabric
 from provision.sim.hardware import hca_guid
-from provision.sim.linkquality import LINK_QUALITY
+from provision.sim.linkquality import FORMAT, LINK_QUALITY
 from provision.spec import LoadedSpec
-from topology.model import Cable, Fabric
+from topology.model import HCA, Cable, Fabric
 from topology.tomography import Router
 from topology.writer import write_ibnetdiscover
 
@@ -82,28 +82,47 @@ def write_dump(loaded: LoadedSpec, faults: list[dict[str, Any]], directory: Path
 
 
 def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directory: Path) -> Path:
-    """What fraction of its bandwidth each degraded cable carries, and which flows cross it.
+    """What share of its bandwidth each degraded cable carries, and which flows cross it.
 
-    ``ib_write_bw`` on a simulated host looks its flow up here: source HCA to target HCA on the SM's D-mod-K
-    route through the as-built fabric, the routes the controller's tomography assumes too. Every ordered HCA
-    pair is routed (a few seconds at a thousand HCAs; nothing at all without a degraded link).
+    ``ib_write_bw`` on a simulated host looks its flow up here (``provision.sim.linkquality``): the SM's
+    D-mod-K route through the as-built fabric, the routes the controller's tomography assumes too. A route
+    depends only on the source's leaf and the target, so crossings are listed as (source leaf, target HCA), and
+    only where the cable can lie between them: one end below the cable's lower switch, the other not. A host's
+    own cable is crossed by every flow from or to that HCA.
     """
-    fabric = as_built(loaded, [fault for fault in faults if fault["kind"] in CABLE_FAULTS])
     degraded = [fault for fault in faults if fault["kind"] == "degraded_link"]
-    entries = []
-    if degraded:
-        router = Router(fabric)
-        wanted = {router.index[_cable(fabric, parse_port(fault["target"]))]: fault for fault in degraded}
-        crossing: dict[int, list[str]] = {number: [] for number in wanted}
-        for source in router.hcas:
-            for target in router.hcas:
-                if source != target:
-                    for number in wanted.keys() & set(router.path(source, target)):
-                        crossing[number].append(f"{source}>{target}")
-        entries = [{"cable": router.cables[number].label(), "factor": fault["params"]["factor"],
-                    "flows": crossing[number]} for number, fault in wanted.items()]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / LINK_QUALITY
-    path.write_text(json.dumps({"degraded": entries}, indent=1))
+    if not degraded:
+        path.write_text(json.dumps({"format": FORMAT, "leaf_of": {}, "degraded": []}))
+        return path
+    fabric = as_built(loaded, [fault for fault in faults if fault["kind"] in CABLE_FAULTS])
+    router = Router(fabric)
+    entries: list[dict[str, Any]] = []
+    for fault in degraded:
+        cable = _cable(fabric, parse_port(fault["target"]))
+        entry: dict[str, Any] = {"cable": cable.label(), "factor": fault["params"]["factor"]}
+        hosts = [node for node, _port in (cable.a, cable.b) if fabric.graph.nodes[node].get("kind") == HCA]
+        if hosts:
+            entry["hca"] = hosts[0]
+        else:
+            entry["from_leaf_to"] = _crossings(router, cable)
+        entries.append(entry)
+    path.write_text(json.dumps({"format": FORMAT, "leaf_of": router.leaf_of, "degraded": entries}, indent=1))
     return path
+
+
+def _crossings(router: Router, cable: Cable) -> list[list[str]]:
+    """(source leaf, target HCA) whose D-mod-K route crosses ``cable``, a cable between two switches."""
+    lower = min((cable.a[0], cable.b[0]), key=lambda node: router.rank[node])
+    below = router.leaves_below.get(lower, frozenset())
+    number = router.index[cable]
+    found = []
+    for leaf, members in router.hcas_on.items():
+        source = members[0]  # every HCA of a leaf takes the same route after its own cable
+        for target in router.hcas:
+            inside = router.leaf_of[target] in below
+            if (leaf in below) != inside and number in router.path(source, target)[1:]:
+                found.append([leaf, target])
+    return found
 

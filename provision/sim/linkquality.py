@@ -10,19 +10,27 @@ import json
 from pathlib import Path
 
 LINK_QUALITY = "link_quality.json"
+FORMAT = 1
+
+
+class StaleLinkQuality(RuntimeError):
+    """The file was written by another release of the simulator."""
 
 
 def flow_factor(directory: Path, source: str, target: str) -> float:
-    """The fraction of the link rate a flow from HCA ``source`` to HCA ``target`` gets (1.0: every cable on
+    """The share of the link rate a flow from HCA ``source`` to HCA ``target`` gets (1.0: every cable on
     its route is healthy)."""
     try:
         document = json.loads((directory / LINK_QUALITY).read_text())
     except FileNotFoundError:
         return 1.0
+    if document.get("format") != FORMAT:
+        raise StaleLinkQuality(f"{directory / LINK_QUALITY} was written by another release of the simulator: "
+                               "run `provision sim up SPEC --rebuild`")
     factor = 1.0
-    flow = f"{source}>{target}"
+    crossing = [document["leaf_of"].get(source), target]
     for entry in document["degraded"]:
-        if flow in entry["flows"]:
+        if entry.get("hca") in (source, target) or crossing in entry.get("from_leaf_to", ()):
             factor = min(factor, float(entry["factor"]))
     return factor
 
