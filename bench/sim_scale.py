@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from provision.fabric import design_fabric
 from provision.sim import cluster
 from provision.spec import load_spec
 
@@ -27,14 +28,31 @@ def _spec(directory: Path, hosts: int) -> Path:
     data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
     data["nodes"]["groups"][0]["hosts"] = f"sim[001-{hosts:03d}]"
     data["fabric"].update(hosts_per_su=32, switch_radix=64)
-    data["simulation"]["faults"] = [fault for fault in data["simulation"]["faults"] if fault.get("node") is None
-                                    or int(fault["node"][3:]) <= hosts]
+    faults = data["simulation"]["faults"]
+    cable_faults = [fault for fault in faults if fault.get("node") is None]
+    data["simulation"]["faults"] = [fault for fault in faults if fault.get("node") and int(fault["node"][3:]) <= hosts]
     for fault in data["simulation"]["faults"]:
-        if fault.get("node"):
-            fault["node"] = f"sim{int(fault['node'][3:]):03d}"
+        fault["node"] = f"sim{int(fault['node'][3:]):03d}"
     path = directory / f"sim-{hosts}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
+    # the example's cable faults name its small fabric's ports: aim each at the same tier of this fabric
+    cables = sorted(design_fabric(load_spec(path)).cables(), key=lambda cable: cable.label())
+    for fault in cable_faults:  # a leaf's uplink stays a leaf's uplink; a spine's to a core where there are cores
+        tier = _tier(fault["target"].rsplit("/", 1)[0])
+        ends = [(node, port, _tier(cable.other((node, port))[0])) for cable in cables
+                for node, port in (cable.a, cable.b) if _tier(node) == tier]
+        ends = sorted((end for end in ends if end[2] != "sim"), key=lambda end: TIERS.index(end[2]), reverse=True)
+        if ends:
+            data["simulation"]["faults"].append({**fault, "target": f"{ends[0][0]}/{ends[0][1]}"})
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+TIERS = ("sim", "leaf", "spine", "core")
+
+
+def _tier(node: str) -> str:
+    return "sim" if "/" in node else node.split("-", 1)[0]  # HCAs are named host/device
 
 
 def _disk_kb(path: Path) -> int:

@@ -238,7 +238,8 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
     if any(not measurement.passed for measurement in measurements if measurement.at_fault is None):
         _record(localizer, router, measurements)
         for proposal_number in range(1, ADAPTIVE_PROPOSALS + 1):
-            if (localizer.done() and not localizer.prune()) or adaptive >= ADAPTIVE_MEASUREMENTS:
+            if (localizer.done() and not localizer.prune()) or adaptive >= ADAPTIVE_MEASUREMENTS \
+                    or _settled(localizer, router, measurements):
                 break
             proposal = localizer.propose()
             flows = list(dict.fromkeys(proposal.flows))[:ADAPTIVE_MEASUREMENTS - adaptive]
@@ -266,6 +267,31 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
                         and not _explained(measurement, router, suspects)]}
     _write(evidence_dir, measurements, report.summary)
     return report
+
+
+def _settled(localizer: tomography.Localizer, router: tomography.Router, measurements: list[Measurement]) -> bool:
+    """Every slow measurement crosses a named cable, and every other cable a slow one crossed has since carried
+    a measurement at full speed: nothing the evidence implicates is left unnamed or uncleared.
+
+    The localizer's own stop ("no bad cable left" at 99%) also wants cables no measurement ever implicated to be
+    re-measured; after a sweep that crossed every cable, that costs rounds and tells the burn-in nothing new.
+    """
+    named = {cable for found in localizer.found for cable in (found, *localizer.twins.get(found, ()))}
+    if not named:
+        return False
+    implicated: set[int] = set()
+    cleared: set[int] = set()
+    for measurement in measurements:
+        if measurement.at_fault is not None:
+            continue
+        cables = router.cables_of(measurement.flows)
+        if measurement.passed:
+            cleared |= cables
+        elif not cables & named:
+            return False
+        else:
+            implicated |= cables
+    return implicated <= cleared | named
 
 
 def _explained(measurement: Measurement, router: tomography.Router, suspects: list[tomography.Suspect]) -> bool:

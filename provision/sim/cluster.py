@@ -25,6 +25,7 @@ from provision.sim.faults import CATALOG, resolve_params
 from provision.sim.files import clone_tree
 from provision.sim.hardware import describe
 from provision.sim.host import ensure_host, read_recipe, write_recipe
+from provision.sim.linkquality import FORMAT as LINK_QUALITY_FORMAT
 from provision.sim.node import materialize_shared
 from provision.sim.tools.__main__ import GUARDED, TOOLS
 from provision.sim.ufm import HISTORY_FAULTS, write_history
@@ -208,11 +209,12 @@ def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, l
 
 
 def _stand_ins_digest() -> str:
-    """Changes when the stand-ins would: another interpreter, source tree or release."""
+    """Changes when the stand-ins would: another interpreter, source tree or release, or the format of the files
+    they read beside the hosts."""
     from provision import __version__
 
     source = Path(__file__).resolve().parent.parent.parent
-    text = json.dumps([sys.executable, str(source), __version__, sorted((*TOOLS, *GUARDED))])
+    text = json.dumps([sys.executable, str(source), __version__, sorted((*TOOLS, *GUARDED)), LINK_QUALITY_FORMAT])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
