@@ -71,6 +71,8 @@ def measure(quick: bool) -> dict[str, object]:
         return {"hosts": len(states), "wall_seconds": round(wall, 1),
                 "stage_seconds": _stage_seconds(Path(payload["run_dir"])),
                 "admitted": states.count("admitted"), "quarantined": states.count("quarantined"),
+                "quarantined_nodes": {row["node"]: row["reason"] for row in payload["nodes"]
+                                      if row["state"] == "quarantined"},
                 "fabric_findings": payload.get("fabric_findings", []), "exit_code": burned.returncode}
 
 
