@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -47,3 +48,27 @@ def bring_up(directory: Path, faults: list[dict], **kwargs) -> tuple[Path, dict]
     state_dir = directory / "state"
     manifest = cluster.up(load_spec(spec), state_dir)
     return state_dir, manifest
+
+
+def shrink_to_four_gpus(spec: Path, **workload: int) -> Path:
+    """Four GPUs and four rails a host (keeps multi-node tests quick on two cores), plus workload overrides."""
+    data = yaml.safe_load(spec.read_text())
+    data["hardware"]["hgx-h100"]["gpu"]["count"] = 4
+    data["hardware"]["hgx-h100"]["rails"] = {"mlx5_0": 0, "mlx5_3": 1, "mlx5_4": 2, "mlx5_5": 3}
+    data["fabric"]["rails"] = 4
+    data["burnin"]["workload"].update(workload)
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    return spec
+
+
+def provision_then_burn_in(spec: Path) -> dict:
+    """``apply`` up to provisioning, then ``burnin --json``: its exit code, payload, run directory and nodes."""
+    from tests.conftest import run_cli
+
+    applied = run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=600)
+    assert applied.returncode == 0, applied.stderr
+    result = run_cli("burnin", str(spec), "--json", timeout=600)
+    assert result.stdout, result.stderr
+    payload = json.loads(result.stdout)
+    return {"spec": spec, "rc": result.returncode, "payload": payload, "run_dir": Path(payload["run_dir"]),
+            "nodes": {row["node"]: row for row in payload["nodes"]}}

@@ -12,11 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from provision.sim.faults import CATALOG
-from tests.conftest import run_cli
-from tests.simhelpers import write_spec
+from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 FAULTS = [
     {"kind": "slow_gpu", "node": "sim02", "target": "gpu1", "params": {"factor": 0.5}},
@@ -27,26 +25,14 @@ FAULTS = [
 
 
 def _spec(directory: Path) -> Path:
-    spec = write_spec(directory, FAULTS, hosts="sim[01-06]", stages=["preflight", "node", "collectives"],
-                      admission={"max_failure_percent": {"burnin": 100}})
-    data = yaml.safe_load(spec.read_text())
-    data["hardware"]["hgx-h100"]["gpu"]["count"] = 4  # four GPUs a node keeps the suite quick on two cores
-    data["hardware"]["hgx-h100"]["rails"] = {"mlx5_0": 0, "mlx5_3": 1, "mlx5_4": 2, "mlx5_5": 3}
-    data["fabric"]["rails"] = 4
-    spec.write_text(yaml.safe_dump(data, sort_keys=False))
-    return spec
+    return shrink_to_four_gpus(write_spec(directory, FAULTS, hosts="sim[01-06]", stages=["preflight", "node",
+                                                                                       "collectives"],
+                                          admission={"max_failure_percent": {"burnin": 100}}))
 
 
 @pytest.fixture(scope="module")
 def burned_in(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    spec = _spec(tmp_path_factory.mktemp("multinode"))
-    applied = run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=600)
-    assert applied.returncode == 0, applied.stderr
-    result = run_cli("burnin", str(spec), "--json", timeout=600)
-    assert result.stdout, result.stderr
-    payload = json.loads(result.stdout)
-    return {"rc": result.returncode, "payload": payload, "run_dir": Path(payload["run_dir"]),
-            "nodes": {row["node"]: row for row in payload["nodes"]}}
+    return provision_then_burn_in(_spec(tmp_path_factory.mktemp("multinode")))
 
 
 def test_healthy_node_is_admitted(burned_in: dict) -> None:

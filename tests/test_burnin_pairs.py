@@ -10,10 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import run_cli
-from tests.simhelpers import write_spec
+from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 HOST_CABLE = "leaf-su01-r2/3 - sim03/mlx5_4/1"
 FLAPPING = "leaf-su01-r0/5 - spine-g01-01/1"
@@ -26,30 +25,14 @@ FAULTS = [
 ]
 
 
-def _spec(directory: Path) -> Path:
-    spec = write_spec(directory, FAULTS, hosts="sim[01-08]", stages=["preflight", "pairs"],
-                      admission={"max_failure_percent": {"burnin": 100}})
-    data = yaml.safe_load(spec.read_text())
-    data["hardware"]["hgx-h100"]["gpu"]["count"] = 4
-    data["hardware"]["hgx-h100"]["rails"] = {"mlx5_0": 0, "mlx5_3": 1, "mlx5_4": 2, "mlx5_5": 3}
-    data["fabric"]["rails"] = 4
-    data["burnin"]["workload"].update(pair_message_bytes=1 << 20, pair_iters=20)
-    spec.write_text(yaml.safe_dump(data, sort_keys=False))
-    return spec
-
-
 @pytest.fixture(scope="module")
 def burned_in(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    spec = _spec(tmp_path_factory.mktemp("pairs"))
-    applied = run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=600)
-    assert applied.returncode == 0, applied.stderr
-    result = run_cli("burnin", str(spec), "--json", timeout=600)
-    assert result.stdout, result.stderr
-    payload = json.loads(result.stdout)
-    run_dir = Path(payload["run_dir"])
-    return {"spec": spec, "rc": result.returncode, "payload": payload, "run_dir": run_dir,
-            "nodes": {row["node"]: row for row in payload["nodes"]},
-            "report": json.loads((run_dir / "pairs-report.json").read_text())}
+    spec = shrink_to_four_gpus(write_spec(tmp_path_factory.mktemp("pairs"), FAULTS, hosts="sim[01-08]",
+                                          stages=["preflight", "pairs"],
+                                          admission={"max_failure_percent": {"burnin": 100}}),
+                               pair_message_bytes=1 << 20, pair_iters=20)
+    outcome = provision_then_burn_in(spec)
+    return {**outcome, "report": json.loads((outcome["run_dir"] / "pairs-report.json").read_text())}
 
 
 def test_the_host_with_the_degraded_cable_is_quarantined_and_only_it(burned_in: dict) -> None:

@@ -41,7 +41,7 @@ ROUND_DEADLINE_S = 120.0
 SESSION_MARGIN_S = 30.0
 #: The adaptive loop's budget: proposals (each one question of the localizer, its flows measured side by side in
 #: as few rounds as HCA exclusivity allows) and measurements in all.
-ADAPTIVE_PROPOSALS = 8
+ADAPTIVE_PROPOSALS = 24
 ADAPTIVE_MEASUREMENTS = 256
 #: perftest messages that mean the two sides never met (the other side's problem, or the path's), not a
 #: fault of the host that printed them.
