@@ -378,7 +378,7 @@ def test_ib_write_bw_with_gpudirect_needs_registered_peermem(tmp_path: Path) -> 
 
 def test_link_quality_lists_exactly_the_flows_whose_route_crosses_a_degraded_cable(tmp_path: Path) -> None:
     from provision.fabric import design_fabric
-    from provision.sim.linkquality import flow_factor
+    from provision.sim.linkquality import flow_factors
     from provision.spec import load_spec
     from topology.tomography import Router
 
@@ -394,8 +394,7 @@ def test_link_quality_lists_exactly_the_flows_whose_route_crosses_a_degraded_cab
         factors[router.index[cable]] = factor
     directory = state / "sim" / "fabric"
     hcas = router.hcas[::3]  # a third of the sources and targets: every kind of route, in a second
-    for source in hcas:
-        for target in hcas:
-            if source != target:
-                crossed = [factors[number] for number in router.path(source, target) if number in factors]
-                assert flow_factor(directory, source, target) == min(crossed, default=1.0), (source, target)
+    flows = [(source, target) for source in hcas for target in hcas if source != target]
+    for flow, share in zip(flows, flow_factors(directory, flows), strict=True):
+        crossed = [factors[number] for number in router.path(*flow) if number in factors]
+        assert share == min(crossed, default=1.0), flow

@@ -17,22 +17,23 @@ class StaleLinkQuality(RuntimeError):
     """The file was written by another release of the simulator."""
 
 
-def flow_factor(directory: Path, source: str, target: str) -> float:
-    """The share of the link rate a flow from HCA ``source`` to HCA ``target`` gets (1.0: every cable on
-    its route is healthy)."""
+def flow_factors(directory: Path, flows: list[tuple[str, str]]) -> list[float]:
+    """The share of the link rate each flow (source HCA, target HCA) gets (1.0: every cable on its route is
+    healthy); the file is read once for all of them."""
     try:
         document = json.loads((directory / LINK_QUALITY).read_text())
     except FileNotFoundError:
-        return 1.0
+        return [1.0] * len(flows)
     if document.get("format") != FORMAT:
         raise StaleLinkQuality(f"{directory / LINK_QUALITY} was written by another release of the simulator: "
                                "run `provision sim up SPEC --rebuild`")
-    factor = 1.0
-    crossing = [document["leaf_of"].get(source), target]
-    for entry in document["degraded"]:
-        if entry.get("hca") in (source, target) or crossing in entry.get("from_leaf_to", ()):
-            factor = min(factor, float(entry["factor"]))
-    return factor
+    factors = []
+    for source, target in flows:
+        crossing = [document["leaf_of"].get(source), target]
+        factors.append(min((float(entry["factor"]) for entry in document["degraded"]
+                            if entry.get("hca") in (source, target) or crossing in entry.get("from_leaf_to", ())),
+                           default=1.0))
+    return factors
 
 
 def fabric_dir_of(root: Path) -> Path:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.sim.linkquality import StaleLinkQuality, fabric_dir_of, flow_factor
+from provision.sim.linkquality import StaleLinkQuality, fabric_dir_of, flow_factors
 from provision.sim.node import load_state
 from provision.sim.tools.common import ToolError, not_simulated
 
@@ -160,12 +160,12 @@ def _address(root: Path) -> str:
 def _route_share(root: Path, options: Options, writer: str, reader: str) -> float:
     """The fraction of the link rate this test's route carries: the writer-to-reader flow, and with ``-b``
     the mean of both directions (each direction is its own D-mod-K route)."""
+    flows = [(writer, reader), (reader, writer)] if options.bidirectional else [(writer, reader)]
     try:
-        there = flow_factor(fabric_dir_of(root), writer, reader)
-        back = flow_factor(fabric_dir_of(root), reader, writer) if options.bidirectional else there
+        shares = flow_factors(fabric_dir_of(root), flows)
     except StaleLinkQuality as error:
         raise ToolError(f" {error}", 1) from None
-    return (there + back) / 2
+    return sum(shares) / len(shares)
 
 
 def _hca(root: Path, device: str) -> str:
