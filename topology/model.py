@@ -81,6 +81,10 @@ class Fabric:
     def kind(self, node: str) -> str:
         return self.graph.nodes[node]["kind"]
 
+    def host_end(self, cable: Cable) -> Port | None:
+        """The cable's end on a host's HCA, or None for a cable between two switches."""
+        return next((end for end in (cable.a, cable.b) if self.graph.nodes[end[0]].get("kind") == HCA), None)
+
     def nodes_of(self, kind: str) -> list[str]:
         return [node for node, data in self.graph.nodes(data=True) if data["kind"] == kind]
 

@@ -20,7 +20,6 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from topology.model import HCA
 from topology.tomography import Flow, Router
 
 #: Above this many hosts the candidate pairs are sampled (each host with this many partners), not all n²/2.
@@ -60,9 +59,7 @@ def rail_flows(rails: Mapping[str, Sequence[str]], test: PairTest) -> list[Flow]
 
 def switch_cables(router: Router) -> frozenset[int]:
     """Cables between two switches (a host's own cables are crossed by any test of that host)."""
-    graph = router.fabric.graph
-    return frozenset(number for number, cable in enumerate(router.cables)
-                     if graph.nodes[cable.a[0]].get("kind") != HCA and graph.nodes[cable.b[0]].get("kind") != HCA)
+    return frozenset(number for number, cable in enumerate(router.cables) if router.fabric.host_end(cable) is None)
 
 
 def _host_pairs(hosts: Sequence[str], rng: random.Random) -> list[tuple[str, str]]:

@@ -35,7 +35,7 @@ from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds
 from topology import pairing, tomography
-from topology.model import HCA, Cable
+from topology.model import Cable, Fabric
 
 ROUND_DEADLINE_S = 120.0
 SESSION_MARGIN_S = 30.0
@@ -64,6 +64,7 @@ class Measurement:
     gbps: float | None = None
     error: str = ""
     at_fault: str | None = None  # the host whose own side failed before any traffic
+    cables: frozenset[int] = frozenset()  # the cables of its routes, once it counts as a test of them
 
     @property
     def measured(self) -> bool:
@@ -210,10 +211,18 @@ def _rounds_of(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     return [chosen for _busy, chosen in rounds]
 
 
-def _record(localizer: tomography.Localizer, router: tomography.Router, measurements: list[Measurement]) -> None:
+def _routed(router: tomography.Router, measurements: list[Measurement]) -> list[Measurement]:
+    """Each measurement that tested the path (not one a host's own failure stopped) with its routes' cables."""
     for measurement in measurements:
         if measurement.at_fault is None:
-            localizer.record(tomography.test_of(router, measurement.flows), not measurement.passed)
+            measurement.cables = router.cables_of(measurement.flows)
+    return measurements
+
+
+def _record(localizer: tomography.Localizer, measurements: list[Measurement]) -> None:
+    for measurement in measurements:
+        if measurement.at_fault is None:
+            localizer.record(tomography.Test(tuple(measurement.flows), measurement.cables), not measurement.passed)
 
 
 def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
@@ -228,7 +237,7 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
     measurements: list[Measurement] = []
     for number, tests in enumerate(plan.rounds, 1):
         pairs = [pair for test in tests for pair in pairing.hca_pairs(runner.rails, test)]
-        measurements += runner.measure(pairs, f"sweep {number}")
+        measurements += _routed(router, runner.measure(pairs, f"sweep {number}"))
     at_fault = {measurement.at_fault for measurement in measurements if measurement.at_fault}
     live = {hca for host, hcas in runner.rails.items() if host not in at_fault for hca in hcas}
     localizer = tomography.Localizer(router, seed=seed,
@@ -236,10 +245,10 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
                                      and _host(flow[0]) != _host(flow[1]))
     adaptive = proposals = 0
     if any(not measurement.passed for measurement in measurements if measurement.at_fault is None):
-        _record(localizer, router, measurements)
+        _record(localizer, measurements)
         for proposal_number in range(1, ADAPTIVE_PROPOSALS + 1):
             if (localizer.done() and not localizer.prune()) or adaptive >= ADAPTIVE_MEASUREMENTS \
-                    or _settled(localizer, router, measurements):
+                    or _settled(localizer, measurements):
                 break
             proposal = localizer.propose()
             flows = list(dict.fromkeys(proposal.flows))[:ADAPTIVE_MEASUREMENTS - adaptive]
@@ -247,11 +256,11 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
                 break
             proposals += 1
             for batch in _rounds_of(flows):
-                found = runner.measure(batch, f"adaptive {proposal_number}", bidirectional=False)
+                found = _routed(router, runner.measure(batch, f"adaptive {proposal_number}", bidirectional=False))
                 measurements += found
-                _record(localizer, router, found)
+                _record(localizer, found)
                 adaptive += len(found)
-    suspects = localizer.suspects() if adaptive or localizer.results else []
+    suspects = localizer.suspects() if localizer.results else []
     report = _verdicts(loaded, nodes, measurements, suspects, router)
     report.summary = {
         "rounds": runner.rounds, "sweep_rounds_count": len(plan.rounds), "measurements": len(measurements),
@@ -269,7 +278,7 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
     return report
 
 
-def _settled(localizer: tomography.Localizer, router: tomography.Router, measurements: list[Measurement]) -> bool:
+def _settled(localizer: tomography.Localizer, measurements: list[Measurement]) -> bool:
     """Every slow measurement crosses a named cable, and every other cable a slow one crossed has since carried
     a measurement at full speed: nothing the evidence implicates is left unnamed or uncleared.
 
@@ -284,27 +293,24 @@ def _settled(localizer: tomography.Localizer, router: tomography.Router, measure
     for measurement in measurements:
         if measurement.at_fault is not None:
             continue
-        cables = router.cables_of(measurement.flows)
         if measurement.passed:
-            cleared |= cables
-        elif not cables & named:
+            cleared |= measurement.cables
+        elif not measurement.cables & named:
             return False
         else:
-            implicated |= cables
+            implicated |= measurement.cables
     return implicated <= cleared | named
 
 
 def _explained(measurement: Measurement, router: tomography.Router, suspects: list[tomography.Suspect]) -> bool:
-    cables = router.cables_of(measurement.flows)
-    return any(router.index[cable] in cables for suspect in suspects
+    return any(router.index[cable] in measurement.cables for suspect in suspects
                for cable in (suspect.cable, *suspect.indistinguishable))
 
 
-def _host_end(cable: Cable, graph: Any) -> str | None:
-    for node, _port in (cable.a, cable.b):
-        if graph.nodes[node].get("kind") == HCA:
-            return str(graph.nodes[node].get("host"))
-    return None
+def _host_of(cable: Cable, fabric: Fabric) -> str | None:
+    """The host whose own cable this is, or None for a cable between two switches."""
+    end = fabric.host_end(cable)
+    return str(fabric.graph.nodes[end[0]].get("host")) if end else None
 
 
 def _verdicts(loaded: LoadedSpec, nodes: list[ResolvedNode], measurements: list[Measurement],
@@ -319,9 +325,8 @@ def _verdicts(loaded: LoadedSpec, nodes: list[ResolvedNode], measurements: list[
     slow = [measurement for measurement in measurements if measurement.measured and not measurement.passed]
     fabric_suspects = []
     for suspect in suspects:
-        through = [measurement.describe() for measurement in slow
-                   if router.index[suspect.cable] in router.cables_of(measurement.flows)]
-        host = _host_end(suspect.cable, router.fabric.graph)
+        through = [measurement.describe() for measurement in slow if router.index[suspect.cable] in measurement.cables]
+        host = _host_of(suspect.cable, router.fabric)
         if host in checks:
             checks[host].append(CheckResult(
                 "pair_bandwidth", Outcome.FAILED, f"its cable {cable_key(suspect.cable)} is degraded: named by "

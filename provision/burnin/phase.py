@@ -58,10 +58,13 @@ def _pairs(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     for finding in report.fabric_suspects:  # a cable is nobody's node: it goes to the cable's history
         context.store.record_cable(finding["cable"], "finding", {"source": "burnin.pairs", **finding},
                                    run_id=context.run.id)
-    context.run.event("burnin.pairs", **{key: value for key, value in report.summary.items()
-                                         if key not in ("sweep_rounds", "coverage")},
-                      coverage={key: value for key, value in report.summary["coverage"].items()
-                                if key != "not_covered"} if "coverage" in report.summary else None)
+    summary = report.summary  # the whole of it is in the run directory's pairs-report.json
+    context.run.event("burnin.pairs", rounds=summary.get("rounds", 0), measurements=summary.get("measurements", 0),
+                      adaptive_measurements=summary.get("adaptive_measurements", 0),
+                      coverage=summary.get("coverage", {}).get("covered", 0),
+                      coverable=summary.get("coverage", {}).get("switch_cables_coverable", 0),
+                      fabric_findings=[finding["cable"] for finding in report.fabric_suspects],
+                      unexplained=len(summary.get("unexplained", [])))
     context.advance(len(nodes))
     return report.verdicts
 

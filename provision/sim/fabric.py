@@ -17,7 +17,7 @@ from provision.fabric import design_fabric
 from provision.sim.hardware import hca_guid
 from provision.sim.linkquality import FORMAT, LINK_QUALITY
 from provision.spec import LoadedSpec
-from topology.model import HCA, Cable, Fabric
+from topology.model import Cable, Fabric
 from topology.tomography import Router
 from topology.writer import write_ibnetdiscover
 
@@ -102,9 +102,9 @@ def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directo
     for fault in degraded:
         cable = _cable(fabric, parse_port(fault["target"]))
         entry: dict[str, Any] = {"cable": cable.label(), "factor": fault["params"]["factor"]}
-        hosts = [node for node, _port in (cable.a, cable.b) if fabric.graph.nodes[node].get("kind") == HCA]
-        if hosts:
-            entry["hca"] = hosts[0]
+        host = fabric.host_end(cable)
+        if host:
+            entry["hca"] = host[0]
         else:
             entry["from_leaf_to"] = _crossings(router, cable)
         entries.append(entry)

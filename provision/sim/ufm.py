@@ -69,7 +69,8 @@ class EventWriter:
 
     def link_down(self, fabric: Fabric, when: float, cable: Cable) -> None:
         a, b = cable.a, cable.b
-        switch_end = b if fabric.graph.nodes[a[0]].get("kind") == HCA else a
+        host = fabric.host_end(cable)
+        switch_end = cable.other(host) if host else a
         self.port_event(fabric, when, 329, "WARNING", switch_end,
                         f"Link went down: ({_kind(fabric, a[0])}:{a[0]}:{ufm_port_path(a[1])}){_guid(a[0])}:{a[1]}"
                         f" - ({_kind(fabric, b[0])}:{b[0]}:{ufm_port_path(b[1])}){_guid(b[0])}:{b[1]}, "
@@ -101,15 +102,15 @@ def history(fabric: Fabric, faults: list[dict], *, seed: int, end: float, hours:
     start = end - hours * HOUR
     writer = EventWriter([])
     cables = list(fabric.cables())
-    switch_cables = [cable for cable in cables if all(fabric.graph.nodes[n].get("kind") != HCA
-                                                      for n in (cable.a[0], cable.b[0]))]
+    switch_cables = [cable for cable in cables if fabric.host_end(cable) is None]
     for _ in range(int(background_per_hour * hours)):
         when = rng.uniform(start, end)
         cable = rng.choice(cables)
         code, message = rng.choice(((64, "GID address is out of service"), (65, "GID address is in service"),
                                     (66, "MCast group created"), (527, "UFM CPU usage is 41%"),
                                     (328, "Link went up")))
-        end_port = cable.b if fabric.graph.nodes[cable.a[0]].get("kind") == HCA else cable.a
+        host = fabric.host_end(cable)
+        end_port = cable.other(host) if host else cable.a
         writer.port_event(fabric, when, code, "INFO", end_port, message)
     if switch_cables:  # one switch reboot storm: many links down within a second
         when = rng.uniform(start + HOUR, end - HOUR)
