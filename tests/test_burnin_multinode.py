@@ -21,11 +21,12 @@ FAULTS = [
     {"kind": "rank_wrong_result", "node": "sim03", "params": {"local_rank": 1}},
     {"kind": "rank_hang", "node": "sim04", "params": {"local_rank": 1, "after_ops": 5}},
     {"kind": "rank_slow", "node": "sim05", "params": {"factor": 0.2}},
+    {"kind": "collective_corruption", "node": "sim07", "params": {"local_rank": 1}},
 ]
 
 
 def _spec(directory: Path) -> Path:
-    return shrink_to_four_gpus(write_spec(directory, FAULTS, hosts="sim[01-06]", stages=["preflight", "node",
+    return shrink_to_four_gpus(write_spec(directory, FAULTS, hosts="sim[01-07]", stages=["preflight", "node",
                                                                                        "collectives"],
                                           admission={"max_failure_percent": {"burnin": 100}}))
 
@@ -73,3 +74,9 @@ def test_busbw_is_recorded_per_scope_and_operation(burned_in: dict) -> None:
 def test_no_test_process_survives(burned_in: dict) -> None:
     left = subprocess.run(["pgrep", "-f", "fabric_tests.agent"], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == "", left.stdout
+
+
+def test_a_corrupting_rank_is_isolated_by_group_testing(burned_in: dict) -> None:
+    reason = burned_in["nodes"]["sim07"]["reason"]
+    assert "every group holding sim07 gets wrong all_reduce sums" in reason
+    assert "confirmed beside a healthy partner" in reason

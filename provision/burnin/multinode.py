@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from provision.burnin.isolation import Isolation, isolate, lower_bound
 from provision.burnin.launch import LaunchResult, NodeRun, launch
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks.outcome import CheckResult, Outcome
@@ -173,7 +175,7 @@ def _keep_logs(result: LaunchResult, directory: Path) -> None:
 #: nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md), with n the group size.
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 4
 
 
 def collective_params(loaded: LoadedSpec) -> dict[str, Any]:
@@ -243,7 +245,34 @@ def wrong_results(result: LaunchResult) -> list[str]:
 
 
 class CollectivesUnresolved(RuntimeError):
-    """The collectives failed in a way this release does not pin on a node (wrong sums across the world)."""
+    """The collectives returned wrong results and group testing confirmed no node as the cause."""
+
+
+def isolate_wrong_results(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int, *,
+                          port: int, evidence_dir: Path) -> Isolation:
+    """Which nodes make the collectives' sums wrong: group testing with the cheapest test that shows it (one
+    all_reduce of the smallest size), the groups of a round launched in parallel, each its own world."""
+    by_name = {node.name: node for node in nodes}
+    params = {**collective_params(loaded), "ops": ["all_reduce"],
+              "sizes": [min(loaded.spec.burnin.workload.collective_sizes)], "warmup": 0, "iters": 1}
+    deadline = max(60.0, 5 * params["timeout_s"])
+    launched = {"n": 0}
+
+    def run_round(groups: list[list[str]]) -> list[bool]:
+        def one(index_group: tuple[int, list[str]]) -> bool:
+            index, group = index_group
+            result = launch(loaded, state_dir, [by_name[name] for name in group], test="collectives", nproc=nproc,
+                            params=params, deadline_s=deadline, port=port + launched["n"] + index)
+            _keep_logs(result, evidence_dir / f"isolation-{launched['n'] + index + 1}")
+            incomplete = any(run.connect_error or run.agent is None for run in result.nodes)
+            return bool(wrong_results(result) or stopped_ranks(result) or incomplete)
+
+        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+            failed = list(pool.map(one, enumerate(groups)))
+        launched["n"] += len(groups)
+        return failed
+
+    return isolate([node.name for node in nodes], run_round, min_group=2)
 
 
 def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, port: int,
@@ -282,9 +311,30 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
             report.append({"attempt": attempt, "stopped": stopped, "unreachable": unreachable})
             continue  # the rest never finished: run them again without the culprits
         wrong = wrong_results(result)
-        if wrong:
-            raise CollectivesUnresolved(f"collectives returned wrong results ({', '.join(wrong[:3])}) and the "
-                                        "culprit is not isolated by this release: no node was quarantined for it")
+        if wrong:  # everyone's sum is wrong, so the output names nobody: find the cause by group testing
+            found = isolate_wrong_results(loaded, state_dir, remaining, nproc, port=port + 100 * attempt,
+                                          evidence_dir=evidence_dir / f"collectives-attempt{attempt}")
+            bound = lower_bound(len(remaining), max(1, len(found.confirmed)))
+            report.append({"attempt": attempt, "wrong": wrong, "isolation": {
+                "confirmed": found.confirmed, "unconfirmed": found.unconfirmed, "launches": found.launches,
+                "rounds": found.rounds, "bound": round(bound, 2), "log": found.log, "unresolved": found.unresolved}})
+            if not found.confirmed:
+                raise CollectivesUnresolved(
+                    f"collectives returned wrong results ({', '.join(wrong[:3])}) but group testing confirmed no "
+                    f"node in {found.launches} launches (unconfirmed: {found.unconfirmed or 'none'}): no node was "
+                    "quarantined for it")
+            for host in found.confirmed:
+                failed.setdefault(host, []).append(CheckResult(
+                    "correctness", Outcome.FAILED, f"every group holding {host} gets wrong all_reduce sums, "
+                    f"confirmed beside a healthy partner (group testing: {found.launches} launches in "
+                    f"{found.rounds} rounds, bound d·log2(n/d) = {bound:.1f})",
+                    "run dcgmi diag -r 3 and the HCA's self-test; reseat or RMA the GPU or HCA on the data path",
+                    [f"first run: wrong {', '.join(wrong[:4])}",
+                     *[f"round {entry['round']}: " + "; ".join(
+                         f"{'+'.join(group['nodes'] + group['padding'])} {'FAILED' if group['failed'] else 'ok'}"
+                         for group in entry["groups"]) for entry in found.log]]))
+            remaining = [node for node in remaining if node.name not in failed]
+            continue  # the rest measured again, without the culprits
         found = stragglers(result, limits["outlier_mad"])
         report.append({"attempt": attempt, "busbw": bus_bandwidth(result), "stragglers": found})
         confirmed = {host: score for host, score in found.items() if host in suspects}

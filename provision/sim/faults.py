@@ -89,6 +89,10 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("rank_slow", "rank", "node", "collectives", "outliers",
               "one rank is slow in collectives; fleet outlier detection flags its host",
               {"factor": Param(float, 0.5, 0.01, 0.99), "local_rank": Param(int, 0, 0, 15)}),
+    FaultKind("collective_corruption", "rank", "node", "collectives", "correctness",
+              "one rank's contribution to every inter-node all_reduce is corrupted, so every member's sum is "
+              "wrong and no rank can be named from the output; adaptive group testing isolates its host",
+              {"local_rank": Param(int, 0, 0, 15)}),
     FaultKind("rank_wrong_result", "rank", "node", "node", "bit_exact",
               "one rank returns corrupted results; the bit-exact cross-check fails its host",
               {"local_rank": Param(int, 0, 0, 15)}),

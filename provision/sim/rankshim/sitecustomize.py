@@ -53,7 +53,8 @@ def _install(faults: list[dict]) -> None:
         torch.matmul = matmul
 
     stalls = [fault for fault in faults if fault["kind"] in ("rank_hang", "rank_slow")]
-    if not stalls:
+    corrupting = [fault for fault in faults if fault["kind"] == "collective_corruption"]
+    if not stalls and not corrupting:
         return
     calls = {"n": 0}
 
@@ -71,6 +72,8 @@ def _install(faults: list[dict]) -> None:
                 if fault["kind"] == "rank_hang" and calls["n"] > fault["after_ops"]:
                     while True:  # stopped for good: only the watchdog ends this process
                         time.sleep(3600)
+            if real is real_all_reduce and any(_mine(fault) for fault in corrupting):
+                args[0].add_(0.5)  # a flipped bit on the way to the wire: the contribution, not the timing
             started = time.perf_counter()
             result = real(*args, **kwargs)
             if result is not None and hasattr(result, "wait"):
@@ -81,6 +84,7 @@ def _install(faults: list[dict]) -> None:
             return result
         return collective
 
+    real_all_reduce = dist.all_reduce
     for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast"):
         setattr(dist, name, wrap(getattr(dist, name)))
 
