@@ -312,27 +312,28 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
             continue  # the rest never finished: run them again without the culprits
         wrong = wrong_results(result)
         if wrong:  # everyone's sum is wrong, so the output names nobody: find the cause by group testing
-            found = isolate_wrong_results(loaded, state_dir, remaining, nproc, port=port + 100 * attempt,
+            isolation = isolate_wrong_results(loaded, state_dir, remaining, nproc, port=port + 100 * attempt,
                                           evidence_dir=evidence_dir / f"collectives-attempt{attempt}")
-            bound = lower_bound(len(remaining), max(1, len(found.confirmed)))
+            bound = lower_bound(len(remaining), max(1, len(isolation.confirmed)))
             report.append({"attempt": attempt, "wrong": wrong, "isolation": {
-                "confirmed": found.confirmed, "unconfirmed": found.unconfirmed, "launches": found.launches,
-                "rounds": found.rounds, "bound": round(bound, 2), "log": found.log, "unresolved": found.unresolved}})
-            if not found.confirmed:
+                "confirmed": isolation.confirmed, "unconfirmed": isolation.unconfirmed,
+                "launches": isolation.launches, "rounds": isolation.rounds, "bound": round(bound, 2),
+                "log": isolation.log, "unresolved": isolation.unresolved}})
+            if not isolation.confirmed:
                 raise CollectivesUnresolved(
                     f"collectives returned wrong results ({', '.join(wrong[:3])}) but group testing confirmed no "
-                    f"node in {found.launches} launches (unconfirmed: {found.unconfirmed or 'none'}): no node was "
-                    "quarantined for it")
-            for host in found.confirmed:
+                    f"node in {isolation.launches} launches (unconfirmed: {isolation.unconfirmed or 'none'}): "
+                    "no node was quarantined for it")
+            for host in isolation.confirmed:
                 failed.setdefault(host, []).append(CheckResult(
                     "correctness", Outcome.FAILED, f"every group holding {host} gets wrong all_reduce sums, "
-                    f"confirmed beside a healthy partner (group testing: {found.launches} launches in "
-                    f"{found.rounds} rounds, bound d·log2(n/d) = {bound:.1f})",
+                    f"confirmed beside a healthy partner (group testing: {isolation.launches} launches in "
+                    f"{isolation.rounds} rounds, bound d·log2(n/d) = {bound:.1f})",
                     "run dcgmi diag -r 3 and the HCA's self-test; reseat or RMA the GPU or HCA on the data path",
                     [f"first run: wrong {', '.join(wrong[:4])}",
                      *[f"round {entry['round']}: " + "; ".join(
                          f"{'+'.join(group['nodes'] + group['padding'])} {'FAILED' if group['failed'] else 'ok'}"
-                         for group in entry["groups"]) for entry in found.log]]))
+                         for group in entry["groups"]) for entry in isolation.log]]))
             remaining = [node for node in remaining if node.name not in failed]
             continue  # the rest measured again, without the culprits
         found = stragglers(result, limits["outlier_mad"])
