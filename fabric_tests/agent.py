@@ -32,7 +32,8 @@ from typing import Any
 from fabric_tests.protocol import emit
 
 STUCK_GRACE_S = 5.0
-TESTS = {"node": "fabric_tests.node_test", "collectives": "fabric_tests.collectives"}
+TESTS = {"node": "fabric_tests.node_test", "collectives": "fabric_tests.collectives",
+         "training": "fabric_tests.training"}
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:

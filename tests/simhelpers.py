@@ -50,7 +50,7 @@ def bring_up(directory: Path, faults: list[dict], **kwargs) -> tuple[Path, dict]
     return state_dir, manifest
 
 
-def shrink_to_four_gpus(spec: Path, **workload: int) -> Path:
+def shrink_to_four_gpus(spec: Path, **workload: int | str) -> Path:
     """Four GPUs and four rails a host (keeps multi-node tests quick on two cores), plus workload overrides."""
     data = yaml.safe_load(spec.read_text())
     data["hardware"]["hgx-h100"]["gpu"]["count"] = 4

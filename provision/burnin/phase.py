@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from provision import hostlist
-from provision.burnin import multinode, pairs
+from provision.burnin import multinode, pairs, training
 from provision.burnin.launch import free_port
 from provision.burnin.node_checks import run_preflight
 from provision.burnin.verdict import NodeVerdict
@@ -80,9 +80,17 @@ def _collectives(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     return verdicts
 
 
+def _training(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+    verdicts = training.run_training_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
+                                           port=free_port(_seed(context) + 1), run_id=context.run.id,
+                                           evidence_dir=context.run.path / "workers")
+    context.advance(len(nodes))
+    return verdicts
+
+
 #: Stage name -> runner. A stage the spec selects but this release does not run is refused up front.
 STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "pairs": _pairs,
-                                  "collectives": _collectives}
+                                  "collectives": _collectives, "training": _training}
 
 
 class SystemicFailure(RuntimeError):

@@ -93,6 +93,11 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               "one rank's contribution to every inter-node all_reduce is corrupted, so every member's sum is "
               "wrong and no rank can be named from the output; adaptive group testing isolates its host",
               {"local_rank": Param(int, 0, 0, 15)}),
+    FaultKind("step_slowdown", "rank", "node", "training", "step_time",
+              "one rank's training step is slow every few steps (a background job, a throttling cycle); the "
+              "training stage reports the slowness as periodic and fails the host",
+              {"local_rank": Param(int, 0, 0, 15), "period": Param(int, 5, 2, 1000),
+               "extra_ms": Param(float, 60.0, 1.0, 10_000.0)}),
     FaultKind("rank_wrong_result", "rank", "node", "node", "bit_exact",
               "one rank returns corrupted results; the bit-exact cross-check fails its host",
               {"local_rank": Param(int, 0, 0, 15)}),

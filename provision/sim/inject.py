@@ -182,7 +182,7 @@ def rank_fault(kind: str) -> Injector:
 
 INJECTORS: dict[str, Injector] = {
     **{kind: rank_fault(kind) for kind in ("slow_gpu", "rank_hang", "rank_slow", "rank_wrong_result",
-                                                 "collective_corruption")},
+                                                 "collective_corruption", "step_slowdown")},
     "acs_enabled": acs_enabled, "wrong_driver": wrong_driver, "peermem_missing": peermem_missing,
     "peermem_unregistered": peermem_unregistered, "gpu_missing": gpu_missing, "pcie_downtrained": pcie_downtrained,
     "xid": xid, "ecc_uncorrectable": ecc_uncorrectable, "row_remap_pending": row_remap_pending,

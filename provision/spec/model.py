@@ -287,6 +287,15 @@ class Workload(Strict):
     #: ib_write_bw message size and iterations per pair test (perftest's large-message regime).
     pair_message_bytes: Annotated[int, Field(ge=2, le=1 << 30)] = 8 << 20
     pair_iters: Annotated[int, Field(ge=5, le=100000)] = 2000
+    #: The training smoke test: steps (checkpointed half-way), and the transformer's size.
+    training_steps: Annotated[int, Field(ge=8, le=100000)] = 60
+    training_width: Annotated[int, Field(ge=8, le=16384, multiple_of=4)] = 256
+    training_layers: Annotated[int, Field(ge=1, le=128)] = 4
+    training_length: Annotated[int, Field(ge=4, le=65536)] = 128
+    training_batch: Annotated[int, Field(ge=1, le=4096)] = 8
+    #: Where the training test writes its sharded checkpoint: storage every node sees at the same path
+    #: (a shared filesystem), as a real run's checkpoints need.
+    checkpoint_dir: Annotated[str, StringConstraints(pattern=r"^/\S*$")] = "/tmp/provision-burnin-checkpoints"
 
 
 Stage = Literal["preflight", "node", "pairs", "collectives", "training"]

@@ -52,6 +52,22 @@ def _install(faults: list[dict]) -> None:
 
         torch.matmul = matmul
 
+    periodic = [fault for fault in faults if fault["kind"] == "step_slowdown"]
+    if periodic:  # the loss of a training step: only the training test computes one
+        real_loss = torch.nn.functional.cross_entropy
+        steps = {"n": 0}
+
+        def cross_entropy(*args, **kwargs):
+            steps["n"] += 1
+            for fault in periodic:
+                if _mine(fault) and steps["n"] % fault["period"] == 0:
+                    until = time.thread_time() + fault["extra_ms"] / 1000
+                    while time.thread_time() < until:  # busy, as a competing job would keep the device
+                        pass
+            return real_loss(*args, **kwargs)
+
+        torch.nn.functional.cross_entropy = cross_entropy
+
     stalls = [fault for fault in faults if fault["kind"] in ("rank_hang", "rank_slow")]
     corrupting = [fault for fault in faults if fault["kind"] == "collective_corruption"]
     if not stalls and not corrupting:

@@ -1,0 +1,191 @@
+"""The ``training`` stage: the multi-node training smoke test (``fabric_tests.training``), judged per node.
+
+Two launches: ``train`` (DDP, then FSDP with a sharded checkpoint half-way) and ``resume`` (fresh processes load
+the checkpoint and finish the run). A node passes when each of its ranks finished both, its losses fell under DDP
+and under FSDP, its step times stayed within the spread the spec allows, and the resumed run matched the first
+bit for bit (losses and final weight shard). A rank that stops is named by the watchdog and its node taken out;
+the others run again, since a checkpoint is only comparable within one world.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from provision.burnin.launch import LaunchResult, NodeRun, launch
+from provision.burnin.multinode import _keep_logs, _limits, _unfinished, stopped_ranks
+from provision.burnin.verdict import NodeVerdict, judge
+from provision.checks.outcome import CheckResult, Outcome
+from provision.spec import LoadedSpec
+from provision.spec.semantics import ResolvedNode
+
+#: Steps left out of the spread: the first ones allocate and warm caches.
+WARMUP_STEPS = 2
+#: The last steps' mean loss must be below this share of the first steps' (the loss "falls").
+LOSS_FALL_RATIO = 0.9
+#: A step this many times the median is a spike; spikes at a fixed interval make slowness "periodic".
+SPIKE_FACTOR = 2.0
+#: The last third of the steps taking this many times the first third is slowness that grows.
+GROWTH_FACTOR = 1.5
+MAX_ATTEMPTS = 3
+
+
+def training_params(loaded: LoadedSpec, *, seed: int, phase: str, checkpoint_dir: str) -> dict[str, Any]:
+    work = loaded.spec.burnin.workload
+    return {"phase": phase, "seed": seed % 2**31, "steps": work.training_steps,
+            "checkpoint_step": work.training_steps // 2, "checkpoint_dir": checkpoint_dir,
+            "vocab": 64, "width": work.training_width, "heads": 4, "layers": work.training_layers,
+            "length": work.training_length, "batch": work.training_batch, "lr": 3e-3, "gc_every": 10,
+            "timeout_s": _limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
+
+
+def step_time_shape(times: list[float]) -> tuple[float, str]:
+    """Spread of per-step times and what the slowness looks like, warm-up left out.
+
+    The spread is robust (1.4826·MAD / median): one step slowed by the machine is noise, not a slow node. What a
+    robust spread would hide — slow steps at a fixed interval, steps that keep getting slower — is named by the
+    shape, and :func:`judge_training` fails those whatever the spread."""
+    steady = times[WARMUP_STEPS:]
+    if len(steady) < 3:
+        return 0.0, "too few steps to judge"
+    median = statistics.median(steady)
+    if median <= 0:
+        return 0.0, "steady"
+    spread = 1.4826 * statistics.median(abs(value - median) for value in steady) / median
+    third = max(1, len(steady) // 3)
+    early, late = statistics.median(steady[:third]), statistics.median(steady[-third:])
+    spikes = [index for index, value in enumerate(steady) if value > SPIKE_FACTOR * median]
+    gaps = {later - earlier for earlier, later in itertools.pairwise(spikes)}
+    if len(spikes) >= 3 and len(gaps) == 1:
+        return spread, f"periodic: a step over {SPIKE_FACTOR:g}x the median every {gaps.pop()} steps"
+    if early > 0 and late > GROWTH_FACTOR * early:
+        return spread, f"growing: the last steps take {late / early:.1f}x the first"
+    if spikes:
+        return spread, f"erratic: {len(spikes)} step(s) over {SPIKE_FACTOR:g}x the median"
+    return spread, "steady"
+
+
+def _falls(losses: list[float]) -> bool:
+    window = max(1, min(5, len(losses) // 4))
+    return statistics.fmean(losses[-window:]) < LOSS_FALL_RATIO * statistics.fmean(losses[:window])
+
+
+def judge_training(trained: NodeRun, resumed: NodeRun, nproc: int, limit_cv: float) -> list[CheckResult]:
+    for run, what in ((trained, "training"), (resumed, "resume from the checkpoint")):
+        problems = _unfinished(run, nproc)
+        if problems:
+            return [CheckResult("training", Outcome.FAILED, f"{what}: {problems[0]}", "look at the worker's stack "
+                                "dump in the run directory", problems)]
+    first = {record["local_rank"]: record for record in trained.of("result")}
+    second = {record["local_rank"]: record for record in resumed.of("result")}
+    checks = []
+
+    flat = [f"GPU {local} {mode}: {record[f'{mode}_losses'][0]:.4g} -> {record[f'{mode}_losses'][-1]:.4g}"
+            for local, record in sorted(first.items()) for mode in ("ddp", "fsdp")
+            if not _falls(record[f"{mode}_losses"])]
+    checks.append(CheckResult("loss", Outcome.FAILED if flat else Outcome.OK,
+                              f"the loss did not fall ({flat[0]})" if flat else "the loss fell under DDP and FSDP "
+                              "on every GPU", "compare the GPU's results in the node stage; check its memory (dcgmi "
+                              "diag -r 3)" if flat else "", flat))
+
+    uneven = []
+    for local, record in sorted(first.items()):
+        for mode in ("ddp", "fsdp"):
+            spread, shape = step_time_shape(record[f"{mode}_step_s"])
+            if shape.startswith(("periodic", "growing")):
+                uneven.append(f"GPU {local} {mode}: step time {shape}")
+            elif spread > limit_cv:
+                uneven.append(f"GPU {local} {mode}: step time spread {spread:.2f} > {limit_cv:g} ({shape})")
+    checks.append(CheckResult("step_time", Outcome.FAILED if uneven else Outcome.OK,
+                              uneven[0] if uneven else f"step times within a spread of {limit_cv:g}",
+                              "a periodic slow step points at a background job or the GC; a growing one at "
+                              "thermals or memory; check the node's clocks and its processes" if uneven else "",
+                              uneven))
+
+    diverged = [f"GPU {local}: losses after the checkpoint {first[local]['tail_losses'][:3]} then "
+                f"{second[local]['tail_losses'][:3]} on resume" if first[local]["tail_digest"] !=
+                second[local]["tail_digest"] else f"GPU {local}: final weight shard differs after resume"
+                for local in sorted(first) if local in second and (
+                    first[local]["tail_digest"] != second[local]["tail_digest"]
+                    or first[local]["shard_digest"] != second[local]["shard_digest"])]
+    checks.append(CheckResult(
+        "checkpoint_resume", Outcome.FAILED if diverged else Outcome.OK,
+        f"the run resumed from its sharded checkpoint did not continue bit-exactly ({diverged[0]})" if diverged
+        else "resumed from the sharded checkpoint bit-exactly (losses and weights)",
+        "check the checkpoint storage and the GPU's memory" if diverged else "", diverged))
+    return checks
+
+
+def training_report(trained: LaunchResult) -> list[dict[str, Any]]:
+    """Per rank: loss first and last, step time median, spread and shape, for DDP and FSDP."""
+    rows = []
+    for run in trained.nodes:
+        for record in sorted(run.of("result"), key=lambda record: record["local_rank"]):
+            row: dict[str, Any] = {"node": run.node, "gpu": record["local_rank"], "device": record["device"]}
+            for mode in ("ddp", "fsdp"):
+                spread, shape = step_time_shape(record[f"{mode}_step_s"])
+                row[mode] = {"loss_first": record[f"{mode}_losses"][0], "loss_last": record[f"{mode}_losses"][-1],
+                             "step_s_median": statistics.median(record[f"{mode}_step_s"]),
+                             "step_time_spread": round(spread, 3), "shape": shape}
+            rows.append(row)
+    return rows
+
+
+def _stopped(result: LaunchResult, timeout_s: float, what: str) -> dict[str, list[CheckResult]]:
+    failed: dict[str, list[CheckResult]] = {}
+    for rank, host in stopped_ranks(result).items():
+        failed.setdefault(host, []).append(CheckResult(
+            "watchdog", Outcome.FAILED, f"rank {rank} ({host}, GPU {rank % result.nproc}) stopped during {what}; "
+            f"the others waited for it until the {timeout_s:g} s timeout", "look at its stack dump and the kernel log",
+            [f"{what}: ranks that stopped: {sorted(stopped_ranks(result))}"]))
+    for run in result.nodes:
+        if run.connect_error or run.agent is None:
+            failed.setdefault(run.node, []).append(CheckResult(
+                "training", Outcome.FAILED, f"the test could not run on {run.node}: "
+                f"{run.connect_error or (run.command.problem() if run.command else 'no report')}",
+                "check that the node is reachable and its Python has torch", run.stderr_tail(10)))
+    return failed
+
+
+def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int, port: int,
+                       run_id: str, evidence_dir: Path) -> list[NodeVerdict]:
+    burnin = loaded.spec.burnin
+    nproc = burnin.ranks_per_node or loaded.spec.hardware[nodes[0].hardware].gpu.count
+    limits = _limits(loaded, nodes[0])
+    checkpoint_dir = f"{burnin.workload.checkpoint_dir.rstrip('/')}/{run_id}"
+    deadline = max(180.0, 10 * limits["collective_timeout_s"])
+    failed: dict[str, list[CheckResult]] = {}
+    remaining = list(nodes)
+    judged: dict[str, list[CheckResult]] = {}
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        if not remaining:  # one node left still trains: DDP and FSDP across its own GPUs
+            break
+        launches: list[LaunchResult] = []
+        for phase in ("train", "resume"):
+            params = training_params(loaded, seed=seed, phase=phase, checkpoint_dir=f"{checkpoint_dir}-{attempt}")
+            result = launch(loaded, state_dir, remaining, test="training", nproc=nproc, params=params,
+                            deadline_s=deadline, port=port + 2 * attempt + len(launches))
+            _keep_logs(result, evidence_dir / f"training-attempt{attempt}-{phase}")
+            launches.append(result)
+            stopped = _stopped(result, params["timeout_s"], f"the {phase} launch")
+            if stopped:
+                for host, results in stopped.items():
+                    failed.setdefault(host, []).extend(results)
+                break
+        if len(launches) == 2 and not stopped:
+            for trained, resumed in zip(launches[0].nodes, launches[1].nodes, strict=True):
+                judged[trained.node] = judge_training(trained, resumed, nproc, limits["step_time_cv"])
+            evidence_dir.mkdir(parents=True, exist_ok=True)
+            (evidence_dir / "training.json").write_text(json.dumps(training_report(launches[0]), indent=2))
+            break
+        remaining = [node for node in remaining if node.name not in failed]
+    verdicts = []
+    for node in nodes:
+        results = failed.get(node.name) or judged.get(node.name) or [CheckResult(
+            "training", Outcome.UNKNOWN, "the training test never completed after removing the nodes that stopped it",
+            "re-run the burn-in")]
+        verdicts.append(judge(loaded.spec.admission, node.name, "training", results))
+    return verdicts
