@@ -67,7 +67,9 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
     served by its agent on a port the OS picks."""
     burnin = loaded.spec.burnin
     base_port = port or free_port()
-    env = [f"--env={name}={value}" for name, value in sorted(burnin.nccl_env.items())]
+    # NCCL says which transport it chose at INFO level; the collectives check it (the spec's own setting wins)
+    variables = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", **burnin.nccl_env}
+    env = [f"--env={name}={value}" for name, value in sorted(variables.items())]
 
     def one(index_node: tuple[int, ResolvedNode]) -> NodeRun:
         index, node = index_node

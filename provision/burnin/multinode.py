@@ -18,6 +18,7 @@ from provision.burnin.isolation import Isolation, isolate, lower_bound
 from provision.burnin.launch import LaunchResult, NodeRun, launch
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks.outcome import CheckResult, Outcome
+from provision.facts.nccl_debug import parse_nccl_debug
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds
@@ -239,6 +240,31 @@ def stragglers(result: LaunchResult, limit_mad: float) -> dict[str, float]:
     return found
 
 
+def judge_transport(run: NodeRun, *, gpudirect: bool) -> CheckResult:
+    """The transport NCCL chose on this node, from its NCCL_DEBUG=INFO lines: InfiniBand, and GPUDirect RDMA
+    where the spec enables it; sockets fail the node. Gloo (the CPU backend) has no such choice to check."""
+    devices = {record.get("device", "") for record in run.of("result")}
+    if not any(device.startswith("cuda") for device in devices):
+        return CheckResult("nccl_transport", Outcome.SILENCED, "gloo backend (no GPU): no NCCL transport to check")
+    text = (run.command.stdout + "\n" + run.command.stderr) if run.command else ""
+    found = parse_nccl_debug(text)
+    evidence = [f"networks {sorted(found.networks)}, IB devices {found.ib_devices}, channels via IB "
+                f"{found.channels_ib} (GDRDMA {found.channels_ib_gdr}), via sockets {found.channels_socket}"]
+    if not found.lines:
+        return CheckResult("nccl_transport", Outcome.UNKNOWN, "no NCCL INFO lines in the workers' output (is "
+                           "NCCL_DEBUG overridden in burnin.nccl_env?)", "leave NCCL_DEBUG unset in the spec",
+                           evidence)
+    if "Socket" in found.networks or found.channels_socket:
+        return CheckResult("nccl_transport", Outcome.FAILED, "NCCL fell back to TCP sockets instead of InfiniBand",
+                           "check NCCL_IB_HCA, that the HCAs are ACTIVE and that libibverbs is installed", evidence)
+    if gpudirect and found.channels_ib and found.channels_ib_gdr < found.channels_ib:
+        return CheckResult("nccl_transport", Outcome.FAILED, f"{found.channels_ib - found.channels_ib_gdr} of "
+                           f"{found.channels_ib} IB channels without GPUDirect RDMA (no GDRDMA)",
+                           "check that nvidia-peermem is loaded and PCIe ACS is off on the GPU-HCA paths", evidence)
+    return CheckResult("nccl_transport", Outcome.OK, "NCCL used InfiniBand" + (" with GPUDirect RDMA" if gpudirect
+                                                                              else ""), "", evidence)
+
+
 def wrong_results(result: LaunchResult) -> list[str]:
     return sorted({f"{record['scope']}/{record['op']}/{record['bytes']}B" for run in result.nodes
                    for record in run.of("measurement") if not record["correct"]})
@@ -284,6 +310,7 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
     deadline = max(120.0, 10 * params["timeout_s"])
     failed: dict[str, list[CheckResult]] = {}
     remaining = list(nodes)
+    finished_runs: dict[str, NodeRun] = {}
     suspects: dict[str, float] = {}
     report: list[dict[str, Any]] = []
     for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -337,6 +364,7 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
             remaining = [node for node in remaining if node.name not in failed]
             continue  # the rest measured again, without the culprits
         found = stragglers(result, limits["outlier_mad"])
+        finished_runs = {run.node: run for run in result.nodes}
         report.append({"attempt": attempt, "busbw": bus_bandwidth(result), "stragglers": found})
         confirmed = {host: score for host, score in found.items() if host in suspects}
         if found and not confirmed and attempt < MAX_ATTEMPTS and not suspects:
@@ -352,13 +380,15 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
     (evidence_dir / "collectives.json").write_text(json.dumps(report, indent=2))
     verdicts = []
     finished = report[-1] if report else {}
+    gpudirect = loaded.spec.host.gpudirect != "off"
     for node in nodes:
         if node.name in failed:
             verdicts.append(judge(loaded.spec.admission, node.name, "collectives", failed[node.name]))
         elif "busbw" in finished:
             verdicts.append(judge(loaded.spec.admission, node.name, "collectives", [CheckResult(
                 "collectives", Outcome.OK, f"{len(finished['busbw'])} measurements correct on "
-                f"{len(remaining)} nodes; no straggler")]))
+                f"{len(remaining)} nodes; no straggler"), judge_transport(finished_runs[node.name],
+                                                                          gpudirect=gpudirect)]))
         else:
             verdicts.append(judge(loaded.spec.admission, node.name, "collectives", [CheckResult(
                 "collectives", Outcome.UNKNOWN, "the collectives never completed after removing the nodes that "
