@@ -33,7 +33,7 @@ from fabric_tests.protocol import emit
 
 STUCK_GRACE_S = 5.0
 TESTS = {"node": "fabric_tests.node_test", "collectives": "fabric_tests.collectives",
-         "training": "fabric_tests.training"}
+         "training": "fabric_tests.training", "busbw_reference": "fabric_tests.busbw_reference"}
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:

@@ -82,6 +82,26 @@ class Sequencer:
         self.waiting_s += time.perf_counter() - started
 
 
+def measure(buffers: Buffers, group: dist.ProcessGroup | None, group_rank: int, sequencer: Sequencer,
+            params: dict, device: torch.device, label: str) -> tuple[float, bool, float]:
+    """One operation at one size, the nccl-tests way: a checked first call, ``warmup`` calls, then ``iters``
+    calls back to back timed as a whole. Seconds per call, whether the first result was right, and the time this
+    rank spent outside the collectives (its own slowness)."""
+    sequencer.call(buffers, group, label)
+    synchronize(device)
+    correct = buffers.correct()
+    for _ in range(params["warmup"]):
+        buffers.reset(group_rank)
+        sequencer.call(buffers, group, label)
+    waited_before = sequencer.waiting_s
+    started = time.perf_counter()
+    for _ in range(params["iters"]):
+        sequencer.call(buffers, group, label)
+    synchronize(device)
+    elapsed = time.perf_counter() - started
+    return elapsed / params["iters"], correct, elapsed - (sequencer.waiting_s - waited_before)
+
+
 def run(context: dict) -> dict:
     params = context["params"]
     rank, nproc, nnodes = context["rank"], context["nproc"], context["nnodes"]
@@ -99,21 +119,9 @@ def run(context: dict) -> dict:
         for op in params["ops"]:
             for nbytes in params["sizes"]:
                 buffers = Buffers(op, nbytes, group_rank, n, device)
-                label = f"{scope}/{op}/{buffers.nbytes}"
-                sequencer.call(buffers, group, label)
-                synchronize(device)
-                correct = buffers.correct()
-                for _ in range(params["warmup"]):
-                    buffers.reset(group_rank)
-                    sequencer.call(buffers, group, label)
-                waited_before = sequencer.waiting_s
-                started = time.perf_counter()
-                for _ in range(params["iters"]):
-                    sequencer.call(buffers, group, label)
-                synchronize(device)
-                elapsed = time.perf_counter() - started
-                outside_s += elapsed - (sequencer.waiting_s - waited_before)
-                seconds = elapsed / params["iters"]
+                seconds, correct, outside = measure(buffers, group, group_rank, sequencer, params, device,
+                                                    f"{scope}/{op}/{buffers.nbytes}")
+                outside_s += outside
                 emit("measurement", rank=rank, scope=scope, op=op, bytes=buffers.nbytes, ranks=n,
                      time_us=round(seconds * 1e6, 3), correct=correct)
                 measured += 1

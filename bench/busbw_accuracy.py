@@ -1,0 +1,93 @@
+"""Is our all_reduce busbw right? Ours against an independent minimal reference, same run, same processes.
+
+A simulated cluster is brought up; one launch runs ``fabric_tests.busbw_reference`` on every node: in each
+repeat and at each size, our measurement (``fabric_tests.collectives.measure``, judged by the controller's
+``bus_bandwidth`` exactly as the collectives stage does) and then the reference (plain blocking calls timed the
+nccl-tests way, busbw computed here from nccl-tests' formula). The figure is ours / reference − 1 per size; the
+target is within ±3%.
+
+Run: python -m bench.busbw_accuracy [--quick] --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from provision.burnin.launch import free_port, launch
+from provision.burnin.multinode import bus_bandwidth
+from provision.pipeline import default_state_dir
+from provision.spec import load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = 0.03
+
+
+def _cluster(directory: Path, hosts: int) -> Path:
+    data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
+    data["nodes"]["groups"][0]["hosts"] = f"sim[01-{hosts:02d}]"
+    data["simulation"]["faults"] = []
+    spec = directory / "cluster.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    up = subprocess.run([sys.executable, "-m", "provision", "apply", str(spec), "--phases", "simulate"],
+                        cwd=directory, capture_output=True, text=True, timeout=900, check=False)
+    if up.returncode != 0:
+        raise SystemExit(f"bringing up the simulated cluster failed: {up.stderr[-2000:]}")
+    return spec
+
+
+def measure(quick: bool) -> dict[str, object]:
+    hosts, sizes = (2, [1 << 20, 4 << 20]) if quick else (4, [1 << 20, 4 << 20, 16 << 20])
+    params = {"sizes": sizes, "repeats": 3 if quick else 5, "warmup": 2, "iters": 10, "timeout_s": 60}
+    with tempfile.TemporaryDirectory(prefix="busbw-") as name:
+        workdir = Path(name)
+        loaded = load_spec(_cluster(workdir, hosts))
+        nproc = loaded.spec.burnin.ranks_per_node or 1
+        state_dir = default_state_dir(loaded.path, loaded.spec.cluster.name)
+        result = launch(loaded, state_dir, list(loaded.nodes), test="busbw_reference", nproc=nproc, params=params,
+                        deadline_s=600, port=free_port())
+    failures = [run.stderr_tail(5) for run in result.nodes if run.command is None or not run.command.ok]
+    if failures:
+        raise SystemExit(f"the measurement did not finish: {failures}")
+    ours = {row["bytes"]: row for row in bus_bandwidth(result)}
+    references: dict[int, list[float]] = {}
+    world = hosts * nproc
+    for run in result.nodes:
+        for record in run.of("reference"):
+            references.setdefault(record["bytes"], []).append(record["time_us"])
+    rows = []
+    for nbytes, times in sorted(references.items()):
+        seconds = statistics.fmean(times) / 1e6
+        reference_busbw = nbytes / seconds / 1e9 * 2 * (world - 1) / world
+        deviation = ours[nbytes]["busbw_gbps"] / reference_busbw - 1
+        rows.append({"bytes": nbytes, "ours_busbw_gbps": ours[nbytes]["busbw_gbps"],
+                     "reference_busbw_gbps": round(reference_busbw, 6), "deviation": round(deviation, 4),
+                     "within_target": abs(deviation) <= TARGET})
+    return {"hosts": hosts, "ranks": world, "backend": "gloo (CPU)", "repeats": params["repeats"],
+            "iters": params["iters"], "sizes": rows, "target": TARGET,
+            "max_abs_deviation": max(abs(row["deviation"]) for row in rows),
+            "all_within_target": all(row["within_target"] for row in rows)}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench.busbw_accuracy")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = measure(args.quick)
+    if not args.json:
+        for row in result["sizes"]:  # type: ignore[attr-defined]
+            print(row)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
