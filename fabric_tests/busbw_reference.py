@@ -46,7 +46,7 @@ def run(context: dict) -> dict:
             seconds, correct, _ = measure(buffers, dist.group.WORLD, rank, sequencer, params, device,
                                           f"all/all_reduce/{buffers.nbytes}")
             emit("measurement", rank=rank, scope="all", op="all_reduce", bytes=buffers.nbytes, ranks=world,
-                 time_us=round(seconds * 1e6, 3), correct=correct)
+                 time_us=round(seconds * 1e6, 3), correct=correct, repeat=repeat)
             tensor = torch.ones(buffers.nbytes // 4, dtype=torch.float32, device=device)
             mine = reference_seconds(tensor, params["warmup"], params["iters"], device)
             average = torch.tensor([mine], dtype=torch.float64)

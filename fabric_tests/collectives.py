@@ -93,6 +93,8 @@ def measure(buffers: Buffers, group: dist.ProcessGroup | None, group_rank: int, 
     for _ in range(params["warmup"]):
         buffers.reset(group_rank)
         sequencer.call(buffers, group, label)
+    synchronize(device)
+    dist.barrier(group=group)  # as nccl-tests does: otherwise the first rank in starts its clock on the others' lag
     waited_before = sequencer.waiting_s
     started = time.perf_counter()
     for _ in range(params["iters"]):
