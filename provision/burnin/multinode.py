@@ -225,7 +225,7 @@ def bus_bandwidth(result: LaunchResult) -> list[dict[str, Any]]:
 def stragglers(result: LaunchResult, limit_mad: float) -> dict[str, float]:
     """Hosts with a rank that spends far more time outside collectives than the fleet (robust z-score)."""
     outside = {record["rank"]: record["outside_s"] for run in result.nodes for record in run.of("result")}
-    if len(outside) < 3:
+    if len(outside) < 3 or len(result.nodes) < 3:  # with two hosts there is no fleet to be an outlier against
         return {}
     values = list(outside.values())
     median = statistics.median(values)
