@@ -97,7 +97,8 @@ def judge_training(trained: NodeRun, resumed: NodeRun, nproc: int, limit_cv: flo
             spread, shape = step_time_shape(record[f"{mode}_step_s"])
             if shape.startswith(("periodic", "growing")):
                 uneven.append(f"GPU {local} {mode}: step time {shape}")
-            elif spread > limit_cv:
+            elif spread > limit_cv and record["device"].startswith("cuda"):  # CPU time of ms-long steps on a
+                # shared CPU spreads by 0.3 with nothing wrong (seen in CI): on gloo only the shape is judged
                 uneven.append(f"GPU {local} {mode}: step time spread {spread:.2f} > {limit_cv:g} ({shape})")
     checks.append(CheckResult("step_time", Outcome.FAILED if uneven else Outcome.OK,
                               uneven[0] if uneven else f"step times within a spread of {limit_cv:g}",
