@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 
 import yaml
+
+from bench.simulated import provision_then_burn_in, quarantined
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,11 +35,6 @@ def _spec(directory: Path, quick: bool) -> Path:
     path = directory / "cluster.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "provision", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=1800, check=False)
 
 
 def _stage_seconds(run_dir: Path) -> dict[str, float]:
@@ -60,20 +55,13 @@ def measure(quick: bool) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="burnin-wall-") as name:
         workdir = Path(name)
         spec = _spec(workdir, quick)
-        provisioned = _cli("apply", str(spec), "--phases", "simulate,register,provision", cwd=workdir)
-        if provisioned.returncode not in (0, 1):
-            raise SystemExit(f"provisioning failed: {provisioned.stderr[-2000:]}")
-        started = time.perf_counter()
-        burned = _cli("burnin", str(spec), "--json", cwd=workdir)
-        wall = time.perf_counter() - started
-        payload = json.loads(burned.stdout)
+        payload, wall, exit_code = provision_then_burn_in(spec)
         states = [row["state"] for row in payload["nodes"]]
         return {"hosts": len(states), "wall_seconds": round(wall, 1),
                 "stage_seconds": _stage_seconds(Path(payload["run_dir"])),
                 "admitted": states.count("admitted"), "quarantined": states.count("quarantined"),
-                "quarantined_nodes": {row["node"]: row["reason"] for row in payload["nodes"]
-                                      if row["state"] == "quarantined"},
-                "fabric_findings": payload.get("fabric_findings", []), "exit_code": burned.returncode}
+                "quarantined_nodes": quarantined(payload), "fabric_findings": payload.get("fabric_findings", []),
+                "exit_code": exit_code}
 
 
 def main(argv: list[str]) -> int:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
+from bench.simulated import provision_cli
 from provision.burnin.launch import LaunchResult, NodeRun, free_port, launch
 from provision.burnin.multinode import bus_bandwidth
 from provision.pipeline import default_state_dir
@@ -37,8 +37,7 @@ def _cluster(directory: Path, hosts: int) -> Path:
     data["simulation"]["faults"] = []
     spec = directory / "cluster.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
-    up = subprocess.run([sys.executable, "-m", "provision", "apply", str(spec), "--phases", "simulate"],
-                        cwd=directory, capture_output=True, text=True, timeout=900, check=False)
+    up = provision_cli("apply", str(spec), "--phases", "simulate", cwd=directory)
     if up.returncode != 0:
         raise SystemExit(f"bringing up the simulated cluster failed: {up.stderr[-2000:]}")
     return spec

@@ -17,14 +17,13 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
+from bench.simulated import provision_then_burn_in, quarantined
 from provision.burnin.isolation import imbue_two_stage, isolate, lower_bound
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,11 +50,6 @@ def oracle_table(placements: int) -> list[dict[str, object]]:
     return rows
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "provision", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=1800, check=False)
-
-
 def simulated(bad_hosts: list[str]) -> dict[str, object]:
     """The example cluster, 2 ranks per host, collectives only, ``collective_corruption`` on ``bad_hosts``."""
     data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
@@ -66,17 +60,11 @@ def simulated(bad_hosts: list[str]) -> dict[str, object]:
         workdir = Path(name)
         spec = workdir / "cluster.yaml"
         spec.write_text(yaml.safe_dump(data, sort_keys=False))
-        provisioned = _cli("apply", str(spec), "--phases", "simulate,register,provision", cwd=workdir)
-        if provisioned.returncode not in (0, 1):
-            raise SystemExit(f"provisioning failed: {provisioned.stderr[-2000:]}")
-        started = time.perf_counter()
-        burned = _cli("burnin", str(spec), "--json", cwd=workdir)
-        wall = time.perf_counter() - started
-        payload = json.loads(burned.stdout)
+        payload, wall, _ = provision_then_burn_in(spec)
         report = json.loads((Path(payload["run_dir"]) / "workers" / "collectives.json").read_text())
         isolation = next(entry["isolation"] for entry in report if "isolation" in entry)
-        quarantined = {row["node"]: row["reason"] for row in payload["nodes"] if row["state"] == "quarantined"}
-        return {"n": len(payload["nodes"]), "d": len(bad_hosts), "injected": bad_hosts, "quarantined": quarantined,
+        return {"n": len(payload["nodes"]), "d": len(bad_hosts), "injected": bad_hosts,
+                "quarantined": quarantined(payload),
                 "launches": isolation["launches"], "rounds": isolation["rounds"], "bound": isolation["bound"],
                 "imbue_two_stage": imbue_two_stage(len(payload["nodes"]), len(bad_hosts)),
                 "burnin_seconds": round(wall, 1)}

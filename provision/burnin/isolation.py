@@ -34,6 +34,7 @@ class Isolation:
     confirmed: list[str] = field(default_factory=list)
     #: Inferred bad by elimination, then passed beside a healthy partner: flaky, or a fault between nodes.
     unconfirmed: list[str] = field(default_factory=list)
+    #: Nodes this search proved healthy (those passed in as already known good not repeated).
     known_good: list[str] = field(default_factory=list)
     launches: int = 0
     rounds: int = 0
@@ -55,7 +56,7 @@ def isolate(failing: Sequence[str], run_round: RoundRunner, *, known_good: Seque
 
     ``known_good`` nodes (passed before, outside ``failing``) may pad small groups; ``min_group`` is the smallest
     group the test can run on (a multi-node collective needs two nodes)."""
-    result = Isolation(known_good=list(known_good))
+    result = Isolation()
     good = list(known_good)
     open_groups = [_Group(list(failing), True)] if failing else []
     while open_groups and result.rounds < max_rounds:

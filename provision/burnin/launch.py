@@ -39,6 +39,11 @@ class NodeRun:
         found = self.of("agent")
         return found[-1] if found else None
 
+    @property
+    def unfinished(self) -> bool:
+        """The node never ran the test, or its agent never reported: nothing it said can be judged."""
+        return bool(self.connect_error) or self.agent is None
+
     def stderr_tail(self, lines: int = 30) -> list[str]:
         return (self.command.stderr.splitlines()[-lines:]) if self.command else []
 

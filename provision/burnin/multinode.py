@@ -26,13 +26,13 @@ from provision.spec.thresholds import effective_thresholds
 NODE_DEADLINE_S = 300.0
 
 
-def _limits(loaded: LoadedSpec, node: ResolvedNode) -> dict[str, float]:
+def stage_limits(loaded: LoadedSpec, node: ResolvedNode) -> dict[str, float]:
     spec = loaded.spec
     return {name: threshold.value for name, threshold in effective_thresholds(
         spec.hardware[node.hardware], spec.fabric, spec.burnin.thresholds).items()}
 
 
-def _unfinished(run: NodeRun, expected: int) -> list[str]:
+def unfinished_workers(run: NodeRun, expected: int) -> list[str]:
     """Why some of this node's workers gave no result (connection, error, killed), one line each."""
     if run.connect_error:
         return [f"cannot reach the node: {run.connect_error}"]
@@ -60,11 +60,11 @@ def node_params(loaded: LoadedSpec, seed: int) -> dict[str, Any]:
     return {"matmul_n": work.matmul_n, "matmul_iters": work.matmul_iters, "repeats": work.repeats,
             "memory_bytes": work.memory_bytes, "allreduce_bytes": work.allreduce_bytes,
             "allreduce_iters": work.iters, "seed": seed,
-            "timeout_s": _limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
+            "timeout_s": stage_limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
 
 
 def judge_node(run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckResult]:
-    problems = _unfinished(run, gpus)
+    problems = unfinished_workers(run, gpus)
     if problems:
         return [CheckResult("node_test", Outcome.FAILED, problems[0], "look at the worker's stack dump in the run "
                             "directory; reset the GPU, reboot if it repeats", problems)]
@@ -132,9 +132,9 @@ def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path
             chunk = alike[start:start + batch]
             result = launch(loaded, state_dir, chunk, test="node", nproc=gpus, params=node_params(loaded, seed),
                             deadline_s=NODE_DEADLINE_S, separate=True)
-            _keep_logs(result, evidence_dir)
+            keep_logs(result, evidence_dir)
             for node, run in zip(chunk, result.nodes, strict=True):
-                checks[node.name] = judge_node(run, gpus, _limits(loaded, node))
+                checks[node.name] = judge_node(run, gpus, stage_limits(loaded, node))
     return checks
 
 
@@ -163,7 +163,7 @@ def run_node_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pat
     return [judge(loaded.spec.admission, node.name, "node", checks[node.name]) for node in nodes]
 
 
-def _keep_logs(result: LaunchResult, directory: Path) -> None:
+def keep_logs(result: LaunchResult, directory: Path) -> None:
     """Each node's agent stderr (stack dumps live there) beside the run's other evidence."""
     directory.mkdir(parents=True, exist_ok=True)
     for run in result.nodes:
@@ -182,7 +182,7 @@ MAX_ATTEMPTS = 4
 def collective_params(loaded: LoadedSpec) -> dict[str, Any]:
     work = loaded.spec.burnin.workload
     return {"ops": list(work.collective_ops), "sizes": list(work.collective_sizes), "warmup": work.warmup,
-            "iters": work.iters, "timeout_s": _limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
+            "iters": work.iters, "timeout_s": stage_limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
 
 
 def stopped_ranks(result: LaunchResult) -> dict[int, str]:
@@ -203,6 +203,27 @@ def stopped_ranks(result: LaunchResult) -> dict[int, str]:
     behind = {rank for rank, seq in last.items() if seq < max(last.values())} if last else set()
     chosen = (behind & killed) or behind or killed
     return {rank: hosts[rank] for rank in sorted(chosen)}
+
+
+def lost_nodes(result: LaunchResult, *, check: str, doing: str, timeout_s: float,
+               when: str) -> dict[str, list[CheckResult]]:
+    """The nodes a multi-node launch lost, and why: a rank that stopped (named by :func:`stopped_ranks`; the others
+    waited for it until the timeout) or a node where the test could not run at all. Empty when all finished."""
+    stopped = stopped_ranks(result)
+    lost: dict[str, list[CheckResult]] = {}
+    for rank, host in stopped.items():
+        lost.setdefault(host, []).append(CheckResult(
+            "watchdog", Outcome.FAILED, f"rank {rank} ({host}, GPU {rank % result.nproc}) stopped {doing}; the "
+            f"others waited for it until the {timeout_s:g} s timeout",
+            "look at its stack dump and the kernel log; correlate with UFM link-down events",
+            [f"{when}: ranks behind or killed: {sorted(stopped)}"]))
+    for run in result.nodes:
+        if run.unfinished:
+            lost.setdefault(run.node, []).append(CheckResult(
+                check, Outcome.FAILED, f"the test could not run on {run.node}: "
+                f"{run.connect_error or (run.command.problem() if run.command else 'no report')}",
+                "check that the node is reachable and its Python has torch", run.stderr_tail(10)))
+    return lost
 
 
 def bus_bandwidth(result: LaunchResult) -> list[dict[str, Any]]:
@@ -289,9 +310,9 @@ def isolate_wrong_results(loaded: LoadedSpec, state_dir: Path, nodes: list[Resol
             index, group = index_group
             result = launch(loaded, state_dir, [by_name[name] for name in group], test="collectives", nproc=nproc,
                             params=params, deadline_s=deadline, port=port + launched["n"] + index)
-            _keep_logs(result, evidence_dir / f"isolation-{launched['n'] + index + 1}")
-            incomplete = any(run.connect_error or run.agent is None for run in result.nodes)
-            return bool(wrong_results(result) or stopped_ranks(result) or incomplete)
+            keep_logs(result, evidence_dir / f"isolation-{launched['n'] + index + 1}")
+            return bool(wrong_results(result) or stopped_ranks(result)
+                        or any(run.unfinished for run in result.nodes))
 
         with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
             failed = list(pool.map(one, enumerate(groups)))
@@ -305,7 +326,7 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
                           evidence_dir: Path) -> list[NodeVerdict]:
     burnin = loaded.spec.burnin
     nproc = burnin.ranks_per_node or loaded.spec.hardware[nodes[0].hardware].gpu.count
-    limits = _limits(loaded, nodes[0])
+    limits = stage_limits(loaded, nodes[0])
     params = collective_params(loaded)
     deadline = max(120.0, 10 * params["timeout_s"])
     failed: dict[str, list[CheckResult]] = {}
@@ -318,24 +339,15 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
             break
         result = launch(loaded, state_dir, remaining, test="collectives", nproc=nproc, params=params,
                         deadline_s=deadline, port=port + attempt)
-        _keep_logs(result, evidence_dir / f"collectives-attempt{attempt}")
-        unreachable = [run.node for run in result.nodes if run.connect_error or run.agent is None]
-        stopped = stopped_ranks(result)
-        if stopped or unreachable:
-            for rank, host in stopped.items():
-                failed.setdefault(host, []).append(CheckResult(
-                    "watchdog", Outcome.FAILED, f"rank {rank} ({host}, GPU {rank % nproc}) stopped inside a "
-                    f"collective; the others waited for it until the {params['timeout_s']:g} s timeout",
-                    "look at its stack dump and the kernel log; correlate with UFM link-down events",
-                    [f"attempt {attempt}: ranks behind or killed: {sorted(stopped)}"]))
-            for host in unreachable:
-                run = next(run for run in result.nodes if run.node == host)
-                failed.setdefault(host, []).append(CheckResult(
-                    "collectives", Outcome.FAILED, f"the test could not run on {host}: "
-                    f"{run.connect_error or (run.command.problem() if run.command else 'no report')}",
-                    "check that the node is reachable and its Python has torch", run.stderr_tail(10)))
+        keep_logs(result, evidence_dir / f"collectives-attempt{attempt}")
+        lost = lost_nodes(result, check="collectives", doing="inside a collective", timeout_s=params["timeout_s"],
+                          when=f"attempt {attempt}")
+        if lost:
+            for host, results in lost.items():
+                failed.setdefault(host, []).extend(results)
             remaining = [node for node in remaining if node.name not in failed]
-            report.append({"attempt": attempt, "stopped": stopped, "unreachable": unreachable})
+            report.append({"attempt": attempt, "lost": {host: [result.message for result in results]
+                                                        for host, results in lost.items()}})
             continue  # the rest never finished: run them again without the culprits
         wrong = wrong_results(result)
         if wrong:  # everyone's sum is wrong, so the output names nobody: find the cause by group testing

@@ -88,7 +88,7 @@ def _training(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     return verdicts
 
 
-#: Stage name -> runner. A stage the spec selects but this release does not run is refused up front.
+#: Stage name -> runner; the spec's stage names (``provision.spec.catalog.BURNIN_STAGES``) are all here.
 STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "pairs": _pairs,
                                   "collectives": _collectives, "training": _training}
 

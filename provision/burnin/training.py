@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.burnin.launch import LaunchResult, NodeRun, launch
-from provision.burnin.multinode import _keep_logs, _limits, _unfinished, stopped_ranks
+from provision.burnin.multinode import keep_logs, lost_nodes, stage_limits, unfinished_workers
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks.outcome import CheckResult, Outcome
 from provision.spec import LoadedSpec
@@ -39,7 +39,7 @@ def training_params(loaded: LoadedSpec, *, seed: int, phase: str, checkpoint_dir
             "checkpoint_step": work.training_steps // 2, "checkpoint_dir": checkpoint_dir,
             "vocab": 64, "width": work.training_width, "heads": 4, "layers": work.training_layers,
             "length": work.training_length, "batch": work.training_batch, "lr": 3e-3, "gc_every": 10,
-            "timeout_s": _limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
+            "timeout_s": stage_limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
 
 
 def step_time_shape(times: list[float]) -> tuple[float, str]:
@@ -75,7 +75,7 @@ def _falls(losses: list[float]) -> bool:
 
 def judge_training(trained: NodeRun, resumed: NodeRun, nproc: int, limit_cv: float) -> list[CheckResult]:
     for run, what in ((trained, "training"), (resumed, "resume from the checkpoint")):
-        problems = _unfinished(run, nproc)
+        problems = unfinished_workers(run, nproc)
         if problems:
             return [CheckResult("training", Outcome.FAILED, f"{what}: {problems[0]}", "look at the worker's stack "
                                 "dump in the run directory", problems)]
@@ -135,27 +135,11 @@ def training_report(trained: LaunchResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _stopped(result: LaunchResult, timeout_s: float, what: str) -> dict[str, list[CheckResult]]:
-    failed: dict[str, list[CheckResult]] = {}
-    for rank, host in stopped_ranks(result).items():
-        failed.setdefault(host, []).append(CheckResult(
-            "watchdog", Outcome.FAILED, f"rank {rank} ({host}, GPU {rank % result.nproc}) stopped during {what}; "
-            f"the others waited for it until the {timeout_s:g} s timeout", "look at its stack dump and the kernel log",
-            [f"{what}: ranks that stopped: {sorted(stopped_ranks(result))}"]))
-    for run in result.nodes:
-        if run.connect_error or run.agent is None:
-            failed.setdefault(run.node, []).append(CheckResult(
-                "training", Outcome.FAILED, f"the test could not run on {run.node}: "
-                f"{run.connect_error or (run.command.problem() if run.command else 'no report')}",
-                "check that the node is reachable and its Python has torch", run.stderr_tail(10)))
-    return failed
-
-
 def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int, port: int,
                        run_id: str, evidence_dir: Path) -> list[NodeVerdict]:
     burnin = loaded.spec.burnin
     nproc = burnin.ranks_per_node or loaded.spec.hardware[nodes[0].hardware].gpu.count
-    limits = _limits(loaded, nodes[0])
+    limits = stage_limits(loaded, nodes[0])
     checkpoint_dir = f"{burnin.workload.checkpoint_dir.rstrip('/')}/{run_id}"
     deadline = max(180.0, 10 * limits["collective_timeout_s"])
     failed: dict[str, list[CheckResult]] = {}
@@ -169,9 +153,10 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
             params = training_params(loaded, seed=seed, phase=phase, checkpoint_dir=f"{checkpoint_dir}-{attempt}")
             result = launch(loaded, state_dir, remaining, test="training", nproc=nproc, params=params,
                             deadline_s=deadline, port=port + 2 * attempt + len(launches))
-            _keep_logs(result, evidence_dir / f"training-attempt{attempt}-{phase}")
+            keep_logs(result, evidence_dir / f"training-attempt{attempt}-{phase}")
             launches.append(result)
-            stopped = _stopped(result, params["timeout_s"], f"the {phase} launch")
+            stopped = lost_nodes(result, check="training", doing=f"during the {phase} launch",
+                                 timeout_s=params["timeout_s"], when=f"the {phase} launch")
             if stopped:
                 for host, results in stopped.items():
                     failed.setdefault(host, []).extend(results)
