@@ -367,7 +367,14 @@ class Localizer:
         # One suspect holds nearly all the mass and every flow through it drags the same companions along:
         # ask about the companions instead (only cables that still carry weight, so no fresh cable that
         # might be another bad one is dragged in).
-        heavy = [cable for cable in order[1:] if probabilities[cable] >= 1e-4]
+        # While one more failure of the leader alone would settle it, only its companions are asked about: a side
+        # question about another suspect that fails hands that one the lead, and two bad cables failing in turn
+        # would trade it for ever (a single-fault round lets neither cross the bar).
+        leader = probabilities[order[0]]
+        settles = leader >= 1 or leader / (1 - leader) * math.exp(self._fail_in) >= self.confidence / (
+            1 - self.confidence)
+        heavy = [cable for cable in order[1:] if probabilities[cable] >= 1e-4
+                 and (cable in test.cables or not settles)]
         alternative = self._build(probabilities, cost, heavy, {order[0]})
         alternative_mass = sum(probabilities[cable] for cable in alternative.cables)
         if alternative.flows and self._information(alternative_mass) > self._information(
