@@ -32,6 +32,7 @@ from typing import Any
 from fabric_tests.protocol import emit
 
 STUCK_GRACE_S = 5.0
+ORPHANED_EXIT = 129  # as if hung up on: the controller that launched the agent is gone
 TESTS = {"node": "fabric_tests.node_test", "collectives": "fabric_tests.collectives",
          "training": "fabric_tests.training", "busbw_reference": "fabric_tests.busbw_reference"}
 
@@ -82,10 +83,20 @@ def _dump_stacks(pid: int) -> None:
         os.kill(pid, signal.SIGUSR1)  # faulthandler prints every thread's stack to stderr
 
 
-def supervise(pids: dict[int, int], deadline: float) -> dict[int, dict[str, Any]]:
-    """Wait for the workers until the deadline; then dump, kill and reap the rest. local rank -> outcome."""
+def supervise(pids: dict[int, int], deadline: float, parent: int | None = None) -> dict[int, dict[str, Any]]:
+    """Wait for the workers until the deadline; then dump, kill and reap the rest. local rank -> outcome.
+
+    ``parent``: the process that started the agent (the controller, or the SSH session's shell). If it goes
+    away (kill -9 of the controller, a dropped connection) nobody will read the results: the workers are
+    killed at once instead of running on until the deadline."""
     outcome: dict[int, dict[str, Any]] = {}
     while len(outcome) < len(pids) and time.monotonic() < deadline:
+        if parent is not None and os.getppid() != parent:
+            for pid in (pid for local_rank, pid in pids.items() if local_rank not in outcome):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os._exit(ORPHANED_EXIT)
         for local_rank, pid in pids.items():
             if local_rank in outcome:
                 continue
@@ -120,6 +131,7 @@ def main(argv: list[str]) -> int:
     module = importlib.import_module(TESTS[args.test])
     import torch  # noqa: F401 - imported once here, inherited by every forked worker
 
+    parent = os.getppid()
     started = time.monotonic()
     deadline = started + args.deadline
     pids: dict[int, int] = {}
@@ -141,7 +153,7 @@ def main(argv: list[str]) -> int:
         if pid == 0:
             _worker(module, args, local_rank, params)
         pids[local_rank] = pid
-    outcome = supervise(pids, deadline)
+    outcome = supervise(pids, deadline, parent)
     alive = [pid for pid in pids.values() if _alive(pid)]
     emit("agent", node_rank=args.node_rank, workers={str(k): v for k, v in sorted(outcome.items())},
          seconds=round(time.monotonic() - started, 3), left_alive=len(alive))

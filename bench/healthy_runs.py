@@ -1,0 +1,80 @@
+"""False quarantines: a healthy simulated cluster burned in again and again must lose no node.
+
+The example cluster (`examples/sim-cluster.yaml`) with every fault removed is materialised with a different
+simulation seed per run, provisioned, and burned in through every stage the spec selects. Each run also draws
+its own burn-in seed (from its run id), so pairings, ports and training data differ between runs. A node
+quarantined in any run is a false quarantine: the bench lists it with its stage, check and reason, and exits
+non-zero. `--quick` runs twice on 4 hosts with 4 GPUs each.
+
+Run: python -m bench.healthy_runs [--quick] [--runs N] --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.simulated import provision_then_burn_in
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def healthy_spec(directory: Path, seed: int, quick: bool) -> Path:
+    data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
+    data["simulation"] = {"seed": seed, "faults": []}
+    if quick:
+        data["nodes"]["groups"][0]["hosts"] = "sim[01-04]"
+        data["hardware"]["hgx-h100"]["gpu"]["count"] = 4
+        data["hardware"]["hgx-h100"]["rails"] = {"mlx5_0": 0, "mlx5_3": 1, "mlx5_4": 2, "mlx5_5": 3}
+        data["fabric"]["rails"] = 4
+    path = directory / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def one_run(seed: int, quick: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="healthy-run-") as name:
+        payload, wall, exit_code = provision_then_burn_in(healthy_spec(Path(name), seed, quick))
+    lost = [{"node": row["node"], "stage": row.get("stage"), "check": row.get("check"), "reason": row["reason"]}
+            for row in payload["nodes"] if row["state"] != "admitted"]
+    return {"seed": seed, "hosts": len(payload["nodes"]), "wall_seconds": round(wall, 1), "exit_code": exit_code,
+            "not_admitted": lost, "fabric_findings": payload.get("fabric_findings", [])}
+
+
+def measure(runs: int, quick: bool) -> dict[str, Any]:
+    results = []
+    for seed in range(1, runs + 1):
+        results.append(one_run(seed, quick))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # progress: a full run takes most of an hour
+    walls = [run["wall_seconds"] for run in results]
+    return {"runs": runs, "hosts": results[0]["hosts"] if results else 0,
+            "false_quarantines": sum(len(run["not_admitted"]) for run in results),
+            "runs_with_false_quarantines": sum(1 for run in results if run["not_admitted"]),
+            "fabric_findings": sum(len(run["fabric_findings"]) for run in results),
+            "wall_seconds_min": min(walls, default=0.0), "wall_seconds_max": max(walls, default=0.0),
+            "details": [run for run in results if run["not_admitted"] or run["fabric_findings"]]}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench.healthy_runs")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--runs", type=int, default=None, help="seeded runs (10; 2 with --quick)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    runs = args.runs if args.runs is not None else (2 if args.quick else 10)
+    result = measure(runs, args.quick)
+    if not args.json:
+        print(f"{result['runs']} healthy runs of {result['hosts']} hosts: {result['false_quarantines']} false "
+              f"quarantines, {result['fabric_findings']} fabric findings")
+    print(json.dumps(result))
+    return 1 if result["false_quarantines"] or result["fabric_findings"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,97 @@
+"""kill -9 of the controller in the middle of a burn-in: nothing admitted by the killed run, no test process
+left behind on any simulated node, and the next `provision burnin` continues the same campaign from the state
+store — it runs only the stages not yet passed and then admits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from provision.state import StateStore
+from tests.conftest import ROOT, run_cli
+from tests.simhelpers import shrink_to_four_gpus, write_spec
+
+STAGES = ["preflight", "node", "collectives"]
+
+
+def _processes_of(directory: Path) -> list[str]:
+    """Live processes whose environment names ``directory`` (every simulated node's PATH is under it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if str(directory).encode() in (proc / "environ").read_bytes():
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def _events(runs: Path, command: str) -> list[dict]:
+    for manifest in sorted(runs.glob("*/manifest.json")):
+        if json.loads(manifest.read_text()).get("command") == command:
+            path = manifest.parent / "events.jsonl"
+            if path.exists():
+                return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return []
+
+
+def _wait_for(predicate, what: str, timeout_s: float, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the burn-in ended before {what}: {process.communicate()[1][-3000:]}")
+        time.sleep(0.2)
+    if process is not None:
+        process.kill()
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_kill_9_mid_burn_in_then_the_next_burn_in_continues_the_campaign(tmp_path: Path) -> None:
+    spec = shrink_to_four_gpus(write_spec(tmp_path, [], hosts="sim[01-03]", stages=STAGES))
+    applied = run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=600)
+    assert applied.returncode == 0, applied.stderr
+    runs = tmp_path / ".provision" / "sim16" / "runs"
+
+    controller = subprocess.Popen([sys.executable, "-m", "provision", "burnin", str(spec), "--json"], cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    def collectives_started() -> bool:
+        return any(event.get("event") == "burnin.stage.started" and event.get("stage") == "collectives"
+                   for event in _events(runs, "burnin"))
+
+    _wait_for(collectives_started, "the collectives stage", 300, controller)
+    agents_and_workers = 3 * (1 + 2)  # an agent per node, and the two workers it forks
+    _wait_for(lambda: sum("fabric_tests.agent" in line for line in _processes_of(tmp_path)) >= agents_and_workers,
+              "the collectives workers", 60, controller)
+    os.kill(controller.pid, signal.SIGKILL)  # the controller alone, as an OOM kill or a lost laptop would
+    controller.communicate(timeout=30)
+    assert controller.returncode == -signal.SIGKILL
+
+    # the agents notice that nobody will read their results and take their workers down with them
+    _wait_for(lambda: not _processes_of(tmp_path), "every test process of the killed run to be gone", 10)
+
+    status = json.loads(run_cli("status", "--json", str(spec)).stdout)
+    assert {node["state"] for node in status["nodes"]} == {"burning-in"}, "the killed run admitted nobody"
+
+    resumed = run_cli("burnin", str(spec), "--json", timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    payload = json.loads(resumed.stdout)
+    assert {row["node"]: row["state"] for row in payload["nodes"]} == {f"sim0{i}": "admitted" for i in (1, 2, 3)}
+    events = [json.loads(line) for line in (Path(payload["run_dir"]) / "events.jsonl").read_text().splitlines()]
+    campaign = next(event for event in events if event.get("event") == "burnin.campaign")
+    assert campaign["resumed"] is True
+    ran = [event["stage"] for event in events if event.get("event") == "burnin.stage.started"]
+    assert ran == ["collectives"], "the stages passed before the kill are carried by the campaign, not re-run"
+
+    with StateStore(tmp_path / ".provision" / "sim16") as store:
+        burn_ins = [run["status"] for run in store.runs() if run["command"] == "burnin"]
+    assert sorted(burn_ins) == ["interrupted", "succeeded"], burn_ins
+    assert not _processes_of(tmp_path)
