@@ -139,3 +139,21 @@ def test_sigint_mid_run_leaves_consistent_state_and_the_next_apply_continues(tmp
     assert again.returncode == 0, again.stderr
     final = json.loads(run_cli("status", "--json", str(spec)).stdout)
     assert {node["state"] for node in final["nodes"]} == {"provisioned"}
+
+
+def test_a_pinned_version_missing_from_the_mirror_is_a_per_host_failure_and_nothing_is_half_installed(
+        tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, [{"kind": "pin_unavailable", "node": "sim02"}], hosts="sim[01-02]")
+    applied = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600)
+    assert applied.returncode == 1, applied.stderr
+    assert json.loads(applied.stdout)["quarantined"] == ["sim02"]
+    status = json.loads(run_cli("status", "--json", str(spec)).stdout)
+    states = {node["name"]: node for node in status["nodes"]}
+    assert states["sim01"]["state"] == "provisioned"
+    assert states["sim02"]["state"] == "quarantined" and states["sim02"]["stage"] == "provision"
+    reason = states["sim02"]["reason"]
+    assert reason.startswith("task failed: Install and hold the pinned driver packages"), reason
+    assert "Version '535.183.01*' for 'nvidia-driver-535' was not found" in reason, reason
+    host = SimHost(tmp_path / ".provision" / "sim16", "sim02")
+    packages = parse_dpkg_status((host.root / "var/lib/dpkg/status").read_text())
+    assert not [name for name in packages if name.startswith(("nvidia-driver", "nvidia-utils"))], packages

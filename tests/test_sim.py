@@ -261,6 +261,12 @@ def observe_wrong_driver(host: SimHost) -> None:
     assert parse_query_report(host.run("nvidia-smi", "-q").stdout).header["Driver Version"] == "550.54.15"
 
 
+def observe_pin_unavailable(host: SimHost) -> None:
+    missing = host.run("apt-get", "install", "-y", "nvidia-driver-535=535.183.01-1", check=False)
+    assert missing.returncode == 100
+    assert "Version '535.183.01-1' for 'nvidia-driver-535' was not found" in missing.stderr
+
+
 NODE_FAULTS = {
     "gpu_missing": ({"target": "gpu1"}, observe_gpu_missing),
     "pcie_downtrained": ({"target": "gpu2", "params": {"width": 8}}, observe_pcie_downtrained),
@@ -276,6 +282,7 @@ NODE_FAULTS = {
     "peermem_missing": ({}, observe_peermem_missing),
     "peermem_unregistered": ({}, observe_peermem_unregistered),
     "wrong_driver": ({}, observe_wrong_driver),
+    "pin_unavailable": ({}, observe_pin_unavailable),
 }
 
 

@@ -47,6 +47,9 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("wrong_driver", "node", "node", "provision", "gpu_driver",
               "a different driver branch is installed and held; the gpu_driver role replaces it and reboots",
               {"version": Param(str, "550.54.15")}),
+    FaultKind("pin_unavailable", "node", "node", "provision", "gpu_driver",
+              "the host's package mirror lacks the pinned driver (a stale or mis-pointed apt source); the gpu_driver "
+              "role's install fails with apt's 'Version ... was not found' and nothing is half-installed"),
     FaultKind("gpu_missing", "node", _GPU, "provision", "preflight",
               "a GPU fell off the bus: absent from lspci and nvidia-smi; the playbook's preflight role refuses the "
               "host, and on a host that lost it after provisioning burn-in preflight's gpu_count fails"),

@@ -94,6 +94,12 @@ def peermem_missing(node: NodeContext, params: dict[str, Any], target: str | Non
     node.state["peermem_missing"] = True
 
 
+def pin_unavailable(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    pinned = f"{node.state['pinned_driver']}-1"
+    node.state["packages_available"] = {name: [version for version in versions if version != pinned]
+                                        for name, versions in node.state["packages_available"].items()}
+
+
 def peermem_unregistered(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     node.state["peermem_registers"] = False
 
@@ -183,7 +189,8 @@ def rank_fault(kind: str) -> Injector:
 INJECTORS: dict[str, Injector] = {
     **{kind: rank_fault(kind) for kind in ("slow_gpu", "rank_hang", "rank_slow", "rank_wrong_result",
                                                  "collective_corruption", "step_slowdown")},
-    "acs_enabled": acs_enabled, "wrong_driver": wrong_driver, "peermem_missing": peermem_missing,
+    "acs_enabled": acs_enabled, "wrong_driver": wrong_driver, "pin_unavailable": pin_unavailable,
+    "peermem_missing": peermem_missing,
     "peermem_unregistered": peermem_unregistered, "gpu_missing": gpu_missing, "pcie_downtrained": pcie_downtrained,
     "xid": xid, "ecc_uncorrectable": ecc_uncorrectable, "row_remap_pending": row_remap_pending,
     "thermal_throttle": thermal_throttle, "hca_port_down": hca_port_down, "ib_link_low_rate": ib_link_low_rate,
