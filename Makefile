@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # Debian packages the test suite needs; installed by `make test` when missing.
-APT_PACKAGES ?= openssh-server openssh-client
+APT_PACKAGES ?= openssh-server openssh-client sudo
 
 .PHONY: install demo test lint apt-packages clean
 

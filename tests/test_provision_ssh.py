@@ -163,3 +163,51 @@ def test_preflight_checks_run_over_ssh(ssh_cluster) -> None:
     for verdict in verdicts:
         outcomes = {result["check"]: result["outcome"] for result in verdict["results"]}
         assert outcomes["ib_ports"] == outcomes["acs"] == outcomes["peermem"] == outcomes["gpu_count"] == "ok"
+
+
+SUDOERS = Path("/etc/sudoers.d/provision-test")
+
+
+@pytest.fixture
+def sudo_with_password():
+    """The test user may become root with its password, as on hosts where sudo is not passwordless."""
+    if not shutil.which("sudo"):
+        pytest.skip("needs sudo (make test installs it)")
+    password = "right-horse-battery-4d1c"
+    subprocess.run(["chpasswd"], input=f"{USER}:{password}\n", text=True, check=True, timeout=30)
+    SUDOERS.write_text(f"{USER} ALL=(ALL) ALL\n")
+    SUDOERS.chmod(0o440)
+    try:
+        yield password
+    finally:
+        SUDOERS.unlink(missing_ok=True)
+        _run("usermod", "-p", "*", USER)
+
+
+def test_a_wrong_sudo_password_is_a_per_host_result_and_the_right_one_continues(ssh_cluster,
+                                                                                sudo_with_password) -> None:
+    """Last in the module: it leaves the shared cluster provisioned again, but with root-owned files in it."""
+    spec, state_dir = ssh_cluster
+    data = yaml.safe_load(spec.read_text())
+    data["connection"].update(become=True, become_password={"env": "PROVISION_BECOME_PASSWORD"})
+    become = spec.parent / "spec-become.yaml"
+    become.write_text(yaml.safe_dump(data, sort_keys=False))
+    wrong = "wrong-canary-93be2f"
+    refused = run_cli("apply", "--json", str(become), "--state-dir", str(state_dir), "--phases", "register,provision",
+                      env={"PROVISION_BECOME_PASSWORD": wrong}, timeout=600)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert sorted(json.loads(refused.stdout)["quarantined"]) == ["sim01", "sim02"]
+    status = json.loads(run_cli("status", "--json", "--state-dir", str(state_dir)).stdout)
+    for node in (node for node in status["nodes"] if node["name"] in ("sim01", "sim02")):
+        assert node["state"] == "quarantined" and node["stage"] == "provision", node
+        assert "incorrect sudo password" in node["reason"].lower(), node["reason"]
+    for path in [*state_dir.rglob("*.json*"), *state_dir.rglob("*.db"), *state_dir.rglob("*.yml")]:
+        assert wrong.encode() not in path.read_bytes(), path
+    assert wrong not in refused.stdout + refused.stderr
+
+    accepted = run_cli("apply", "--json", str(become), "--state-dir", str(state_dir), "--phases", "register,provision",
+                       env={"PROVISION_BECOME_PASSWORD": sudo_with_password}, timeout=600)
+    assert accepted.returncode == 0, accepted.stdout[-3000:] + accepted.stderr
+    status = json.loads(run_cli("status", "--json", "--state-dir", str(state_dir)).stdout)
+    assert {node["name"]: node["state"] for node in status["nodes"] if node["name"] != "sim03"} == {
+        "sim01": "provisioned", "sim02": "provisioned"}
