@@ -109,3 +109,31 @@ def test_topology_check_cli() -> None:
     payload = json.loads(result.stdout)
     assert payload["cables"] == 384 and payload["bisection_gbps"] == payload["full_bisection_gbps"] == 25600
     assert all(not violations for violations in payload["rules"].values())
+
+
+def test_a_leaf_short_of_an_uplink_is_named_once_for_its_own_uplinks() -> None:
+    fabric = _design(16, 4, 8)
+    uplink = next(port for port, (peer, _p) in fabric.ports_of("leaf-su02-r3").items() if fabric.kind(peer) == SPINE)
+    fabric.remove_cable(fabric.cable_at(("leaf-su02-r3", uplink)))
+    violations = check_all(fabric)["disjoint_paths"]
+    assert [(v.switch, v.message) for v in violations] == [
+        ("leaf-su02-r3", "leaf-su02-r3's own uplinks carry 3 link(s), designed 4: every same-rail path from it is "
+                         "limited to that")], "the other rail-3 leaves reach it over 3 paths too, but it is its fault"
+
+
+def test_a_short_middle_tier_is_named_on_the_leaves_it_limits() -> None:
+    fabric = _design(32, 4, 8, rails=4)  # su_block groups: same-rail leaves of different groups meet at the cores
+    group = fabric.graph.nodes["leaf-su01-r0"]["group"]
+    spines = [node for node in fabric.nodes_of(SPINE) if fabric.graph.nodes[node]["group"] == group]
+    upward = [cable for spine in spines for port, (peer, _p) in sorted(fabric.ports_of(spine).items())
+              if fabric.kind(peer) not in (LEAF, SPINE) for cable in [fabric.cable_at((spine, port))]]
+    for cable in upward[2:]:  # the group keeps two links to the cores; its leaves each have four uplinks
+        fabric.remove_cable(cable)
+    violations = check_all(fabric)["disjoint_paths"]
+    assert violations and all("the spine or core tier is short" in v.message for v in violations)
+    named = {v.switch for v in violations}
+    assert "leaf-su01-r0" in named
+    inside = {leaf for leaf in fabric.nodes_of(LEAF) if fabric.graph.nodes[leaf]["group"] == group}
+    assert named == set(fabric.nodes_of(LEAF)), "every leaf has a same-rail partner across the short group"
+    for violation in (v for v in violations if v.switch not in inside):  # outside, the partner named is inside
+        assert any(f"same-rail leaf {leaf} " in violation.message for leaf in inside), violation.message
