@@ -704,6 +704,58 @@ def topology_repaired(spec: Path, port: str, action: str, note: str, state_dir: 
     return EXIT_OK
 
 
+@topology.command(name="recheck")
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("ports", nargs=-1, required=True, metavar="SWITCH/PORT...")
+@state_dir_option
+@json_option
+def topology_recheck(spec: Path, ports: tuple[str, ...], state_dir: Path | None, as_json: bool) -> int:
+    """After a repair, re-test only the routes through the cables at SWITCH/PORT (exit 1 if any is still bad)."""
+    from provision.burnin.recheck import recheck_cables
+
+    loaded = load_spec(spec)
+    try:
+        fabric = design_fabric(loaded)
+    except ValueError as error:
+        raise pipeline.UsageProblem(str(error)) from None
+    cables = []
+    for port in ports:
+        node, _, number = port.rpartition("/")
+        cable = fabric.cable_at((node, int(number))) if number.isdigit() else None
+        if cable is None:
+            raise pipeline.UsageProblem(f"{port}: no such cabled port in the fabric design (write SWITCH/PORT)")
+        cables.append(cable)
+    directory = _state_dir(loaded, state_dir)
+    in_service = (NodeState.PROVISIONED, NodeState.BURNING_IN, NodeState.ADMITTED)
+    with ClusterLock(directory, "recheck"), StateStore(directory) as store:
+        states = {record.name: record.state for record in store.nodes()}
+        nodes = [node for node in loaded.nodes if states.get(node.name) in in_service]
+        if len(nodes) < 2:
+            raise pipeline.UsageProblem(f"{len(nodes)} node(s) in service under {directory}: a recheck needs two "
+                                        "provisioned hosts whose routes cross the cable")
+        run = RunRecord(directory / "runs", "recheck", sys.argv[1:])
+        _Session.run = run
+        store.start_run(run.id, "recheck", run.path, spec.resolve(), loaded.sha256)
+        rechecks = recheck_cables(loaded, nodes, directory, cables, seed=int(run.id.rsplit("-", 1)[-1], 16))
+        rows = [recheck.as_dict(linkhealth_glue.cable_key(recheck.cable)) for recheck in rechecks]
+        for row in rows:
+            store.record_cable(row["cable"], "recheck", {"verdict": row["verdict"], "evidence": row["evidence"]},
+                               run_id=run.id)
+        run.note("recheck", rows)
+        code = EXIT_OK if all(row["verdict"] == "healthy" for row in rows) else EXIT_PROBLEMS
+        status = "succeeded" if code == EXIT_OK else "problems-found"
+        store.finish_run(run.id, status, code)
+        run.finish(status, code)
+    if as_json:
+        _emit_json({"run_dir": str(run.path), "cables": rows})
+        return code
+    for row in rows:
+        out.print(f"{row['cable']}: {row['verdict']}", markup=False)
+        for line in row["evidence"]:
+            out.print(f"    {line}", markup=False)
+    return code
+
+
 def _read_dump(path: Path) -> ibnetdiscover.Discovery:
     try:
         return ibnetdiscover.parse(path.read_text(errors="replace"))

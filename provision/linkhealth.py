@@ -324,13 +324,20 @@ def write_actions(directory: Path, report: Report, fabric: Fabric) -> list[Path]
                          f"flaps since: {history.get('flaps_since_repair', 0)}")
         lines += [f"- next step: **{history.get('next_step', LADDER[0])}** (ladder: {' -> '.join(LADDER)})",
                   "- after the repair: re-enable both ports, record it with `provision topology repaired`, and "
-                  "re-test the routes through this cable (recheck.json)", "", "## Evidence", "",
+                  "re-test only the routes through this cable with `provision topology recheck SPEC "
+                  f"{_switch_end(fabric, item.cable)}` (recheck.json lists such flows)", "", "## Evidence", "",
                   *[f"    {line}" for line in item.evidence]]
         (tickets / f"{name}.md").write_text("\n".join(lines) + "\n")
         written.append(tickets / f"{name}.md")
     written.append(directory / "recheck.json")
     written[-1].write_text(json.dumps(recheck, indent=2) + "\n")
     return written
+
+
+def _switch_end(fabric: Fabric, cable: Cable) -> str:
+    """SWITCH/PORT of a cable's upper end (a host cable's leaf end), as the repair commands take it."""
+    node, port = max((cable.a, cable.b), key=lambda end: fabric.graph.nodes[end[0]].get("kind") != HCA)
+    return f"{node}/{port}"
 
 
 def _describe_end(fabric: Fabric, end: Port) -> str:

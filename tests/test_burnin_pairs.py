@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import run_cli
 from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
@@ -84,3 +85,31 @@ def test_flaps_on_events_counters_and_burn_in_results_names_exactly_the_injected
     assert sum(line.startswith("ibportstate -G ") and line.endswith(" disable") for line in commands) == 7
     tickets = sorted(path.name for path in (tmp_path / "actions" / "tickets").iterdir())
     assert len(tickets) == 4
+
+
+def test_recheck_after_repair_tests_only_the_cables_routes(burned_in: dict) -> None:
+    """Last in the module: it repairs the simulated cable (drops the fault, `sim up`) and puts it back after."""
+    spec = burned_in["spec"]
+    degraded, healthy = "spine-g01-03/2", "spine-g01-01/5"
+    before = run_cli("topology", "recheck", str(spec), degraded, healthy, "--json", timeout=300)
+    assert before.returncode == 1, before.stdout + before.stderr
+    rows = {row["cable"].split(" - ")[-1] if "spine-g01-03/2" in row["cable"] else "healthy": row
+            for row in json.loads(before.stdout)["cables"]}
+    assert rows["spine-g01-03/2"]["verdict"] == "still_bad" and rows["healthy"]["verdict"] == "healthy"
+    assert all(line.startswith("recheck: ") and "->" in line for line in rows["spine-g01-03/2"]["evidence"])
+    assert len(rows["spine-g01-03/2"]["evidence"]) <= 3  # a few flows through the cable, not a burn-in
+
+    original = spec.read_text()
+    repaired = spec.with_name("repaired.yaml")  # the same cluster with the cable fixed
+    data = yaml.safe_load(original)
+    data["simulation"]["faults"] = [fault for fault in data["simulation"]["faults"]
+                                    if fault.get("target") != degraded]
+    repaired.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        assert run_cli("sim", "up", str(repaired), timeout=300).returncode == 0
+        assert run_cli("topology", "repaired", str(repaired), degraded, "--action", "reseat").returncode == 0
+        after = run_cli("topology", "recheck", str(repaired), degraded, "--json", timeout=300)
+        assert after.returncode == 0, after.stdout + after.stderr
+        assert [row["verdict"] for row in json.loads(after.stdout)["cables"]] == ["healthy"]
+    finally:
+        assert run_cli("sim", "up", str(spec), timeout=300).returncode == 0

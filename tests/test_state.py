@@ -181,3 +181,15 @@ def test_waiting_for_the_lock_succeeds_once_it_is_released(tmp_path: Path) -> No
             pass
     finally:
         holder.wait()
+
+
+def test_the_cable_history_migration_keeps_every_row_and_takes_rechecks(tmp_path: Path) -> None:
+    with StateStore(tmp_path, migrations=MIGRATIONS[:3]) as old:
+        old.record_cable("leaf-a/1 - spine-b/2", "finding", {"class": "degraded"}, run_id="r1")
+        old.record_cable("leaf-a/1 - spine-b/2", "repair", {"action": "reseat"}, run_id="r2")
+    with StateStore(tmp_path) as new:
+        assert new.schema_version == len(MIGRATIONS)
+        new.record_cable("leaf-a/1 - spine-b/2", "recheck", {"verdict": "healthy"}, run_id="r3")
+        history = new.cable_history("leaf-a/1 - spine-b/2")
+    assert [row["kind"] for row in history] == ["finding", "repair", "recheck"]
+    assert history[0]["detail"] == {"class": "degraded"}

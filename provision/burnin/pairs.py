@@ -197,7 +197,7 @@ def _said(text: str) -> str:
     return " / ".join(line.strip() for line in text.splitlines() if line.strip())[-300:]
 
 
-def _rounds_of(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+def pack_rounds(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     """Pack HCA pairs into rounds where no HCA appears twice."""
     rounds: list[tuple[set[str], list[tuple[str, str]]]] = []
     for pair in pairs:
@@ -255,7 +255,7 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
             if not flows:
                 break
             proposals += 1
-            for batch in _rounds_of(flows):
+            for batch in pack_rounds(flows):
                 found = _routed(router, runner.measure(batch, f"adaptive {proposal_number}", bidirectional=False))
                 measurements += found
                 _record(localizer, found)

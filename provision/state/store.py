@@ -108,6 +108,23 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX cable_history_cable ON cable_history(cable, at);
     """,
+    # 3 -> 4: a cable's record also keeps the targeted re-tests after a repair (SQLite cannot widen a CHECK in
+    # place: the table is rebuilt, every row kept)
+    """
+    CREATE TABLE cable_history_v4 (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        cable   TEXT NOT NULL,
+        kind    TEXT NOT NULL CHECK (kind IN ('finding', 'repair', 'recheck')),
+        at      TEXT NOT NULL,
+        detail  TEXT NOT NULL DEFAULT '{}',
+        run_id  TEXT
+    );
+    INSERT INTO cable_history_v4 (id, cable, kind, at, detail, run_id)
+        SELECT id, cable, kind, at, detail, run_id FROM cable_history;
+    DROP TABLE cable_history;
+    ALTER TABLE cable_history_v4 RENAME TO cable_history;
+    CREATE INDEX cable_history_cable ON cable_history(cable, at);
+    """,
 )
 
 
