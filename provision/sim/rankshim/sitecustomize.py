@@ -101,8 +101,11 @@ def _install(faults: list[dict]) -> None:
         return collective
 
     real_all_reduce = dist.all_reduce
-    for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast"):
-        setattr(dist, name, wrap(getattr(dist, name)))
+    # FSDP2 (fully_shard) talks through the *_single names where the release has them
+    for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast",
+                 "all_gather_single", "reduce_scatter_single"):
+        if hasattr(dist, name):
+            setattr(dist, name, wrap(getattr(dist, name)))
 
 
 _found = _faults()
