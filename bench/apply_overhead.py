@@ -11,7 +11,7 @@ tuning yet), so every role really installs and configures:
 * **growth**: ``provision apply`` on 8, 32 and 64 hosts.
 * **strategy**: plain ``ansible-playbook`` with the ``free`` strategy against the default ``linear`` one.
 
-``--quick`` runs 2 hosts once and skips growth and strategy. Run: python -m bench.apply_overhead [--quick] --json
+``--quick`` runs 1 host once and skips growth and strategy. Run: python -m bench.apply_overhead [--quick] --json
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def plain_playbook(spec: Path, strategy: str = "linear") -> float:
 
 
 def measure(quick: bool, repeats: int) -> dict[str, Any]:
-    size = 2 if quick else 32
+    size = 1 if quick else 32
     result: dict[str, Any] = {"hosts": size, "repeats": repeats}
     with tempfile.TemporaryDirectory(prefix="apply-overhead-") as name:
         work = Path(name)
