@@ -40,3 +40,30 @@ def test_reentry_without_preflight_still_carries_the_first_stage(tmp_path: Path)
         start = BurninPhase()._entry_points(store, campaign, [_node("n1")], ["node", "collectives"], passed, "r1")
         assert start == {"n1": 1}
         assert passed == {"n1": {"node"}}
+
+
+def test_a_node_test_that_did_not_finish_is_run_again_alone_before_it_fails(tmp_path: Path, monkeypatch) -> None:
+    """Workers that never met at rendezvous on a busy controller are not a bad GPU: one repeat, alone, decides."""
+    from provision.burnin import multinode
+    from provision.checks.outcome import CheckResult, Outcome
+    from provision.spec import load_spec
+    from tests.simhelpers import write_spec
+
+    loaded = load_spec(write_spec(tmp_path, [], hosts="sim[01-03]"))
+    launches: list[tuple[list[str], int]] = []
+    stuck = CheckResult("node_test", Outcome.FAILED, "GPU 3: stopped making progress and was killed at the deadline")
+
+    def batches(loaded, nodes, state_dir, *, seed, evidence_dir, batch):
+        launches.append(([node.name for node in nodes], batch))
+        first = len(launches) == 1
+        return {node.name: [CheckResult(stuck.check, stuck.outcome, stuck.message)]
+                if (first and node.name in ("sim02", "sim03")) or node.name == "sim03"
+                else [CheckResult("matmul", Outcome.OK, "fine")] for node in nodes}
+
+    monkeypatch.setattr(multinode, "_node_batches", batches)
+    verdicts = {verdict.node: verdict for verdict in multinode.run_node_stage(
+        loaded, loaded.nodes, tmp_path, seed=1, evidence_dir=tmp_path / "workers")}
+    assert launches == [(["sim01", "sim02", "sim03"], 8), (["sim02", "sim03"], 1)]
+    assert verdicts["sim01"].passed and verdicts["sim02"].passed
+    assert "first run: GPU 3: stopped making progress" in verdicts["sim02"].results[0].evidence[0]
+    assert not verdicts["sim03"].passed and verdicts["sim03"].reason.endswith("(confirmed on a repeat)")

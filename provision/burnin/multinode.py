@@ -140,26 +140,26 @@ def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path
 
 def run_node_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
                    evidence_dir: Path) -> list[NodeVerdict]:
-    """All nodes, ``connection.forks`` at a time; a node slow on matmul is measured again, alone, before it
-    fails: a slow GPU is slow every time, a busy machine is not."""
+    """All nodes, ``connection.forks`` at a time; a node that is slow on matmul, or whose test did not finish
+    (workers that never met at rendezvous, or stopped), is run again, alone, before it fails: a slow or hung GPU
+    is so every time, a busy machine is not."""
     checks = _node_batches(loaded, nodes, state_dir, seed=seed, evidence_dir=evidence_dir,
                            batch=max(1, loaded.spec.connection.forks))
-    slow_only = [node for node in nodes
-                 if {result.check for result in checks[node.name] if result.outcome is Outcome.FAILED} == {"matmul"}]
-    if slow_only:
-        again = _node_batches(loaded, slow_only, state_dir, seed=seed, evidence_dir=evidence_dir / "repeat",
+    confirm = {"matmul", "node_test"}
+    again_nodes = [node for node in nodes if (failed := {result.check for result in checks[node.name]
+                                                         if result.outcome is Outcome.FAILED}) and failed <= confirm]
+    if again_nodes:
+        again = _node_batches(loaded, again_nodes, state_dir, seed=seed, evidence_dir=evidence_dir / "repeat",
                               batch=1)
-        for node in slow_only:
-            first = next(result for result in checks[node.name] if result.check == "matmul")
-            second = next((result for result in again[node.name] if result.check == "matmul"), None)
-            if second is None:  # the repeat itself failed: that failure is the verdict
-                checks[node.name] = again[node.name]
-                continue
-            if second.outcome is Outcome.OK:
-                second.evidence = [f"first run: {first.message}; not confirmed alone", *second.evidence]
-            else:
+        for node in again_nodes:
+            first = next(result for result in checks[node.name] if result.outcome is Outcome.FAILED)
+            second = next((result for result in again[node.name] if result.check == first.check), None)
+            checks[node.name] = again[node.name]  # the repeat's result is the verdict, whatever it says
+            if not any(result.outcome is Outcome.FAILED for result in again[node.name]):
+                passed = second or again[node.name][0]
+                passed.evidence = [f"first run: {first.message}; not confirmed alone", *passed.evidence]
+            elif second is not None and second.outcome is Outcome.FAILED:
                 second.message += " (confirmed on a repeat)"
-            checks[node.name] = again[node.name]
     return [judge(loaded.spec.admission, node.name, "node", checks[node.name]) for node in nodes]
 
 
