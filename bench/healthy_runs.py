@@ -7,7 +7,7 @@ quarantined in any run is a false quarantine: the bench lists it with its stage,
 non-zero; so does a run that admits fewer than every node for any other reason (a burn-in stopped as systemic,
 say). `--quick` runs twice on 4 hosts with 4 GPUs each; `--keep-failed DIR` keeps the evidence of bad runs.
 
-Run: python -m bench.healthy_runs [--quick] [--runs N] --json
+Run: python -m bench.healthy_runs [--quick] [--runs N] [--first-seed S] --json
 """
 
 from __future__ import annotations
@@ -55,13 +55,13 @@ def one_run(seed: int, quick: bool, keep_failed: Path | None) -> dict[str, Any]:
             "fabric_findings": payload.get("fabric_findings", []), "kept": str(kept) if kept else None}
 
 
-def measure(runs: int, quick: bool, keep_failed: Path | None = None) -> dict[str, Any]:
+def measure(runs: int, quick: bool, keep_failed: Path | None = None, first_seed: int = 1) -> dict[str, Any]:
     results = []
-    for seed in range(1, runs + 1):
+    for seed in range(first_seed, first_seed + runs):
         results.append(one_run(seed, quick, keep_failed))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # progress: a full run takes most of an hour
     walls = [run["wall_seconds"] for run in results]
-    return {"runs": runs, "hosts": results[0]["hosts"] if results else 0,
+    return {"runs": runs, "seeds": [run["seed"] for run in results], "hosts": results[0]["hosts"] if results else 0,
             "false_quarantines": sum(1 for run in results for row in run["not_admitted"]
                                      if row["state"] == "quarantined"),
             "runs_not_admitting_everyone": sum(1 for run in results if run["not_admitted"]),
@@ -75,12 +75,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench.healthy_runs")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--runs", type=int, default=None, help="seeded runs (10; 2 with --quick)")
+    parser.add_argument("--first-seed", type=int, default=1, help="seeds run from here upwards")
     parser.add_argument("--keep-failed", type=Path, metavar="DIR",
                         help="copy the run directory of every run that did not admit every node here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     runs = args.runs if args.runs is not None else (2 if args.quick else 10)
-    result = measure(runs, args.quick, args.keep_failed)
+    result = measure(runs, args.quick, args.keep_failed, args.first_seed)
     if not args.json:
         print(f"{result['runs']} healthy runs of {result['hosts']} hosts: {result['false_quarantines']} false "
               f"quarantines, {result['fabric_findings']} fabric findings")
