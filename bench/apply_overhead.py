@@ -40,6 +40,7 @@ def _spec(directory: Path, hosts: int) -> Path:
     data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
     data["nodes"]["groups"][0]["hosts"] = f"sim[001-{hosts:03d}]"
     data["nodes"]["groups"][0]["address_start"] = "127.0.1.1"
+    data["fabric"].update(switch_radix=32, hosts_per_su=8)  # the example's radix-8 fabric holds 16 hosts at most
     data["simulation"] = {"seed": 1, "faults": []}  # a clean delivery: every role has everything to do
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "cluster.yaml"
