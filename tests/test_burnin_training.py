@@ -65,6 +65,8 @@ def test_step_time_shapes() -> None:
     assert spread == 0.0 and shape.startswith("erratic")  # one slow step: noise, not a slow node
     periodic = [0.05 if step % 5 == 4 else 0.01 for step in range(32)]
     assert step_time_shape(periodic)[1] == "periodic: a step over 2x the median every 5 steps"
+    burst = [0.05 if 20 <= step <= 22 else 0.01 for step in range(32)]  # seen on all 16 hosts at once
+    assert step_time_shape(burst)[1] == "erratic: 3 step(s) over 2x the median"
     growing = [0.01 * (1 + step / 10) for step in range(32)]
     assert step_time_shape(growing)[1].startswith("growing")
 

@@ -59,7 +59,9 @@ def step_time_shape(times: list[float]) -> tuple[float, str]:
     early, late = statistics.median(steady[:third]), statistics.median(steady[-third:])
     spikes = [index for index, value in enumerate(steady) if value > SPIKE_FACTOR * median]
     gaps = {later - earlier for earlier, later in itertools.pairwise(spikes)}
-    if len(spikes) >= 3 and len(gaps) == 1:
+    # consecutive slow steps are a burst (the machine was busy for a moment), not a rhythm: a period needs
+    # ordinary steps between the slow ones
+    if len(spikes) >= 3 and len(gaps) == 1 and min(gaps) >= 2:
         return spread, f"periodic: a step over {SPIKE_FACTOR:g}x the median every {gaps.pop()} steps"
     if early > 0 and late > GROWTH_FACTOR * early:
         return spread, f"growing: the last steps take {late / early:.1f}x the first"
