@@ -27,9 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bench.simulated import provision_cli
+from bench.simulated import example, provision_cli, write_spec
 from provision.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,15 +35,13 @@ PHASES = "simulate,register,provision"
 
 
 def _spec(directory: Path, hosts: int) -> Path:
-    data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
+    data = example()
     data["nodes"]["groups"][0]["hosts"] = f"sim[001-{hosts:03d}]"
     data["nodes"]["groups"][0]["address_start"] = "127.0.1.1"
     data["fabric"].update(switch_radix=32, hosts_per_su=8)  # the example's radix-8 fabric holds 16 hosts at most
     data["simulation"] = {"seed": 1, "faults": []}  # a clean delivery: every role has everything to do
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "cluster.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_spec(directory, data)
 
 
 def _timed(function: Any) -> float:
@@ -79,16 +75,12 @@ def provision_apply(spec: Path) -> float:
 def plain_playbook(spec: Path, strategy: str = "linear") -> float:
     """``ansible-playbook`` as an operator would run it: the generated inventory, the spec's forks, and the
     settings ``provision`` gives ansible-runner."""
-    from provision import inventory
+    from provision import ansible, inventory
 
     loaded = load_spec(spec)
     state_dir = spec.parent / ".provision" / loaded.spec.cluster.name
     path = inventory.write(loaded, state_dir, spec.parent / "inventory.yml")
-    home = spec.parent / "ansible-home"
-    env = {**os.environ, "ANSIBLE_HOME": str(home), "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
-           "ANSIBLE_PIPELINING": "True", "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
-           "ANSIBLE_NOCOLOR": "True", "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_STRATEGY": strategy,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {**os.environ, **ansible.settings(spec.parent / "ansible"), "ANSIBLE_STRATEGY": strategy}
     command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(path), "site.yml",
                "-f", str(loaded.spec.connection.forks)]
     return _timed(lambda: _checked(subprocess.run(command, cwd=ROOT / "playbooks", env=env, capture_output=True,

@@ -16,25 +16,16 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-import yaml
-
-from bench.simulated import provision_then_burn_in, quarantined
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench.simulated import example, provision_then_burn_in, quarantined, shrink_to_four_hosts, write_spec
 
 
 def _spec(directory: Path, quick: bool) -> Path:
-    data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
+    data = example()
     if quick:
-        data["nodes"]["groups"][0]["hosts"] = "sim[01-04]"
-        data["hardware"]["hgx-h100"]["gpu"]["count"] = 4
-        data["hardware"]["hgx-h100"]["rails"] = {"mlx5_0": 0, "mlx5_3": 1, "mlx5_4": 2, "mlx5_5": 3}
-        data["fabric"]["rails"] = 4
+        shrink_to_four_hosts(data)
         data["simulation"]["faults"] = [fault for fault in data["simulation"]["faults"]
                                         if fault.get("node") in ("sim03", "sim04")]
-    path = directory / "cluster.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_spec(directory, data)
 
 
 def _stage_seconds(run_dir: Path) -> dict[str, float]:

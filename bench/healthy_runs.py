@@ -20,24 +20,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bench.simulated import provision_then_burn_in
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench.simulated import example, provision_then_burn_in, shrink_to_four_hosts, write_spec
 
 
 def healthy_spec(directory: Path, seed: int, quick: bool) -> Path:
-    data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
+    data = example()
     data["simulation"] = {"seed": seed, "faults": []}
-    if quick:
-        data["nodes"]["groups"][0]["hosts"] = "sim[01-04]"
-        data["hardware"]["hgx-h100"]["gpu"]["count"] = 4
-        data["hardware"]["hgx-h100"]["rails"] = {"mlx5_0": 0, "mlx5_3": 1, "mlx5_4": 2, "mlx5_5": 3}
-        data["fabric"]["rails"] = 4
-    path = directory / "cluster.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_spec(directory, shrink_to_four_hosts(data) if quick else data)
 
 
 def one_run(seed: int, quick: bool, keep_failed: Path | None) -> dict[str, Any]:

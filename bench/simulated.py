@@ -9,6 +9,30 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sim-cluster.yaml"
+
+
+def example() -> dict[str, Any]:
+    """The example cluster's spec, as data to vary."""
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def shrink_to_four_hosts(data: dict[str, Any]) -> dict[str, Any]:
+    """The example cut to 4 hosts of 4 GPUs and 4 rails: the size of a benchmark's ``--quick`` run."""
+    data["nodes"]["groups"][0]["hosts"] = "sim[01-04]"
+    data["hardware"]["hgx-h100"]["gpu"]["count"] = 4
+    data["hardware"]["hgx-h100"]["rails"] = {"mlx5_0": 0, "mlx5_3": 1, "mlx5_4": 2, "mlx5_5": 3}
+    data["fabric"]["rails"] = 4
+    return data
+
+
+def write_spec(directory: Path, data: dict[str, Any]) -> Path:
+    path = directory / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
 
 def provision_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "provision", *args], cwd=cwd, capture_output=True, text=True,

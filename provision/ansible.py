@@ -50,6 +50,18 @@ class PlaybookResult:
     hosts: dict[str, HostOutcome]
 
 
+def settings(work: Path) -> dict[str, str]:
+    """The Ansible environment every run gets: its own scratch under ``work``, pipelining, host keys checked,
+    and this interpreter's ``ansible-playbook`` first on PATH."""
+    return {
+        "ANSIBLE_HOME": str(work / "home"), "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp"), "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "True", "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
 def run_playbook(inventory: Path, hosts: list[str], *, forks: int, check: bool = False,
                  on_task: Callable[[str, str, str], None] = lambda host, task, outcome: None,
                  playbook: str = "site.yml", extravars: dict[str, Any] | None = None) -> PlaybookResult:
@@ -87,13 +99,7 @@ def run_playbook(inventory: Path, hosts: list[str], *, forks: int, check: bool =
             private_data_dir=str(work), project_dir=str(PLAYBOOKS), playbook=playbook,
             inventory=str(inventory), limit=",".join(hosts), forks=forks, quiet=True, event_handler=handle,
             cmdline="--check --diff" if check else None, extravars=extravars or {},
-            envvars={
-                "ANSIBLE_HOME": str(work / "home"), "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),
-                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp"), "ANSIBLE_PIPELINING": "True",
-                "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
-                "ANSIBLE_NOCOLOR": "True", "ANSIBLE_DEPRECATION_WARNINGS": "False",
-                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-            },
+            envvars=settings(work),
         )
         _rescue_bookkeeping(runner, outcomes)
         if runner.rc != 0 and not any(o.ok or o.failed_task for o in outcomes.values()):

@@ -40,6 +40,7 @@ from provision.spec.thresholds import effective_thresholds
 from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError
 from provision.state.lifecycle import TransitionError
 from topology import cabling, export, ibnetdiscover, rules
+from topology.model import Cable, Fabric
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -686,10 +687,7 @@ def topology_repaired(spec: Path, port: str, action: str, note: str, state_dir: 
         fabric = design_fabric(loaded)
     except ValueError as error:
         raise pipeline.UsageProblem(str(error)) from None
-    node, _, number = port.rpartition("/")
-    cable = fabric.cable_at((node, int(number))) if number.isdigit() else None
-    if cable is None:
-        raise pipeline.UsageProblem(f"{port}: no such cabled port in the fabric design (write SWITCH/PORT)")
+    cable = _cable_at_port(fabric, port)
     directory = _state_dir(loaded, state_dir)
     with ClusterLock(directory, "repaired"), StateStore(directory) as store:
         run = RunRecord(directory / "runs", "repaired", sys.argv[1:])
@@ -711,6 +709,7 @@ def topology_repaired(spec: Path, port: str, action: str, note: str, state_dir: 
 @json_option
 def topology_recheck(spec: Path, ports: tuple[str, ...], state_dir: Path | None, as_json: bool) -> int:
     """After a repair, re-test only the routes through the cables at SWITCH/PORT (exit 1 if any is still bad)."""
+    from provision.burnin.launch import run_seed
     from provision.burnin.recheck import recheck_cables
 
     loaded = load_spec(spec)
@@ -718,13 +717,7 @@ def topology_recheck(spec: Path, ports: tuple[str, ...], state_dir: Path | None,
         fabric = design_fabric(loaded)
     except ValueError as error:
         raise pipeline.UsageProblem(str(error)) from None
-    cables = []
-    for port in ports:
-        node, _, number = port.rpartition("/")
-        cable = fabric.cable_at((node, int(number))) if number.isdigit() else None
-        if cable is None:
-            raise pipeline.UsageProblem(f"{port}: no such cabled port in the fabric design (write SWITCH/PORT)")
-        cables.append(cable)
+    cables = [_cable_at_port(fabric, port) for port in ports]
     directory = _state_dir(loaded, state_dir)
     in_service = (NodeState.PROVISIONED, NodeState.BURNING_IN, NodeState.ADMITTED)
     with ClusterLock(directory, "recheck"), StateStore(directory) as store:
@@ -736,7 +729,7 @@ def topology_recheck(spec: Path, ports: tuple[str, ...], state_dir: Path | None,
         run = RunRecord(directory / "runs", "recheck", sys.argv[1:])
         _Session.run = run
         store.start_run(run.id, "recheck", run.path, spec.resolve(), loaded.sha256)
-        rechecks = recheck_cables(loaded, nodes, directory, cables, seed=int(run.id.rsplit("-", 1)[-1], 16))
+        rechecks = recheck_cables(loaded, fabric, nodes, directory, cables, seed=run_seed(run.id))
         rows = [recheck.as_dict(linkhealth_glue.cable_key(recheck.cable)) for recheck in rechecks]
         for row in rows:
             store.record_cable(row["cable"], "recheck", {"verdict": row["verdict"], "evidence": row["evidence"]},
@@ -754,6 +747,15 @@ def topology_recheck(spec: Path, ports: tuple[str, ...], state_dir: Path | None,
         for line in row["evidence"]:
             out.print(f"    {line}", markup=False)
     return code
+
+
+def _cable_at_port(fabric: Fabric, port: str) -> Cable:
+    """The designed cable plugged into SWITCH/PORT, or a usage error naming the argument."""
+    node, _, number = port.rpartition("/")
+    cable = fabric.cable_at((node, int(number))) if number.isdigit() else None
+    if cable is None:
+        raise pipeline.UsageProblem(f"{port}: no such cabled port in the fabric design (write SWITCH/PORT)")
+    return cable
 
 
 def _read_dump(path: Path) -> ibnetdiscover.Discovery:

@@ -8,6 +8,7 @@ the protocol lines only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,11 @@ class LaunchResult:
     def ranks(self) -> dict[int, str]:
         """Global rank -> host."""
         return {run.node_rank * self.nproc + local: run.node for run in self.nodes for local in range(self.nproc)}
+
+
+def run_seed(run_id: str) -> int:
+    """The seed a run draws its pairings, ports and data from: fixed by its id, different from run to run."""
+    return int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16)
 
 
 def free_port(seed: int | None = None) -> int:

@@ -17,14 +17,13 @@ and the nodes stay in burning-in at that stage for the operator to look at.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from provision import hostlist
 from provision.burnin import multinode, pairs, training
-from provision.burnin.launch import free_port
+from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import run_preflight
 from provision.burnin.verdict import NodeVerdict
 from provision.spec import LoadedSpec
@@ -40,7 +39,7 @@ def _preflight(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
 
 
 def _seed(context: Any) -> int:
-    return int(hashlib.sha256(context.run.id.encode()).hexdigest()[:8], 16)
+    return run_seed(context.run.id)
 
 
 def _node(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:

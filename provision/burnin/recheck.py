@@ -18,7 +18,7 @@ from provision.burnin.pairs import Measurement, PairRunner, pack_rounds
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from topology import tomography
-from topology.model import Cable
+from topology.model import Cable, Fabric
 
 FLOWS_PER_CABLE = 3
 
@@ -42,12 +42,11 @@ class CableRecheck:
                 "evidence": [measurement.describe() for measurement in self.measurements]}
 
 
-def recheck_cables(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, cables: list[Cable], *,
-                   seed: int) -> list[CableRecheck]:
-    """Measure ``FLOWS_PER_CABLE`` one-way flows through each cable between the in-service ``nodes``."""
-    from provision.fabric import design_fabric
-
-    router = tomography.Router(design_fabric(loaded))
+def recheck_cables(loaded: LoadedSpec, fabric: Fabric, nodes: list[ResolvedNode], state_dir: Path,
+                   cables: list[Cable], *, seed: int) -> list[CableRecheck]:
+    """Measure ``FLOWS_PER_CABLE`` one-way flows through each of ``fabric``'s ``cables`` between the in-service
+    ``nodes``."""
+    router = tomography.Router(fabric)
     runner = PairRunner(loaded, nodes, state_dir, seed=seed)
     live = {hca for hcas in runner.rails.values() for hca in hcas}
     rng = random.Random(seed)
