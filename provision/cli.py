@@ -10,6 +10,7 @@ Read commands take ``--json``; humans get tables.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -35,6 +36,7 @@ from provision.fabric import (
 from provision.runs import RunRecord
 from provision.secrets import SecretUnavailable
 from provision.sim import cluster as sim_cluster
+from provision.sim import namespace as sim_namespace
 from provision.spec import LoadedSpec, SpecError, load_spec
 from provision.spec.thresholds import effective_thresholds
 from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError
@@ -401,6 +403,24 @@ def sim_down(spec: Path, state_dir: Path | None) -> int:
         removed = sim_cluster.down(target)
     out.print("removed the simulated cluster" if removed else "no simulated cluster", markup=False)
     return EXIT_OK
+
+
+@sim.command(name="shell", context_settings={"ignore_unknown_options": True})
+@click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("host")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@state_dir_option
+def sim_shell(spec: Path, host: str, command: tuple[str, ...], state_dir: Path | None) -> int:
+    """Run COMMAND (a shell by default) on simulated HOST presented at the real paths: /sys, /proc, /etc
+    and the vendor tools are the host's. Needs root. An sshd started this way is how a playbook reaches
+    the host with `simulation.presentation: namespace`."""
+    loaded = load_spec(spec)
+    if host not in loaded.node_names:
+        raise pipeline.UsageProblem(f"no node named {host!r} in {spec}")
+    target = _state_dir(loaded, state_dir)
+    if sim_cluster.read_manifest(target) is None:
+        raise sim_cluster.SimError(f"no simulated cluster under {target} (run provision sim up {spec} first)")
+    sim_namespace.replace_process(target, host, list(command) or [os.environ.get("SHELL") or "/bin/sh"])
 
 
 @sim.command(name="faults")

@@ -3,7 +3,9 @@
 Groups: one per node group (``group_<name>``) and per scalable unit (``su01``...). Host variables carry what the
 roles need (GPU count, rail HCAs, pins, policy), and the connection. The simulated cluster differs only here:
 its hosts get ``ansible_connection: local``, ``hw_root`` (the host's hardware root) and
-``provision_environment`` (its stand-ins first on PATH). Credentials never land in the inventory.
+``provision_environment`` (its stand-ins first on PATH), unless the spec presents the simulated hosts at
+the real paths (``simulation.presentation: namespace``), where they get nothing at all. Credentials never land
+in the inventory.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
         variables["ansible_ssh_common_args"] = " ".join(options)
         if connection.key_file:
             variables["ansible_ssh_private_key_file"] = str(connection.key_file)
-    if spec.simulation is not None:
+    if spec.simulation is not None and spec.simulation.presentation == "prefix":
         paths = sim_cluster.node_paths(state_dir, node.name)
         variables.update(
             hw_root=str(paths.root),

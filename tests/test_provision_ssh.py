@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -23,75 +21,28 @@ from provision.facts.lspci import parse_lspci_verbose
 from provision.facts.nvidia_smi import parse_query_csv
 from tests.conftest import EXAMPLES, run_cli
 from tests.simhelpers import SimHost
+from tests.sshd import SSHD, USER, LoopbackSshd, run, stop, wait_listening
 
 PROVISIONING = "simulate,register,provision"  # burn-in has its own tests
-
-USER = "provision-test"
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SSHD),
                                 reason="needs root and OpenSSH's sshd (make test installs openssh-server)")
 
 
-def _run(*command: str) -> str:
-    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=60).stdout
-
-
-def _ensure_user() -> None:
-    if subprocess.run(["id", USER], capture_output=True).returncode != 0:
-        _run("useradd", "-m", "-s", "/bin/sh", USER)
-        _run("usermod", "-p", "*", USER)  # locked for passwords, but key logins work with UsePAM no
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((address, 0))
-        return probe.getsockname()[1]
-
-
-def _wait_listening(address: str, port: int, deadline_s: float = 10.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex((address, port)) == 0:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"sshd did not listen on {address}:{port}")
-
-
 @pytest.fixture(scope="module")
 def ssh_cluster():
-    _ensure_user()
-    os.makedirs("/run/sshd", exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="provision-ssh-", dir="/tmp"))
-    work.chmod(0o755)
-    _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "client"))
-    authorized = work / "authorized_keys"
-    authorized.write_text((work / "client.pub").read_text())
-    authorized.chmod(0o644)
     addresses = {"sim01": "127.0.0.11", "sim02": "127.0.0.12"}
-    port = _free_port("127.0.0.11")
-    daemons, known = [], []
+    daemons: list[subprocess.Popen[bytes]] = []
     try:
+        servers = LoopbackSshd(work, addresses)
         for host, address in addresses.items():
-            key = work / f"host_{host}"
-            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
-            config = work / f"sshd_{host}"
-            config.write_text("\n".join([
-                f"ListenAddress {address}:{port}", f"HostKey {key}", f"AuthorizedKeysFile {authorized}",
-                "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no",
-                "PidFile none", "MaxStartups 100:30:200", f"AllowUsers {USER}", "LogLevel ERROR"]) + "\n")
-            daemons.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
+            daemons.append(subprocess.Popen(servers.command(host), stdout=subprocess.DEVNULL,
                                             stderr=subprocess.PIPE))
-            _wait_listening(address, port)
-            known.append(f"[{address}]:{port} {(work / f'host_{host}.pub').read_text().split(' ')[0]} "
-                         f"{(work / f'host_{host}.pub').read_text().split(' ')[1]}")
-        (work / "known_hosts").write_text("\n".join(known) + "\n")
+            wait_listening(address, servers.port)
         data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
         data["nodes"]["groups"][0]["hosts"] = "sim[01-02]"
-        data["connection"] = {"transport": "ssh", "user": USER, "port": port, "key_file": str(work / "client"),
-                              "known_hosts": str(work / "known_hosts"), "become": False, "forks": 2,
-                              "timeout_s": 20}
+        data["connection"] = servers.connection(forks=2)
         data["simulation"] = {"seed": 5, "faults": [{"kind": "acs_enabled", "node": "sim01"},
                                                     {"kind": "wrong_driver", "node": "sim02"}]}
         spec = work / "spec.yaml"
@@ -102,12 +53,10 @@ def ssh_cluster():
             directory.chmod(0o755)
         for host in addresses:  # build the hosts, then hand them to the login user, who changes them
             SimHost(state, host)
-        _run("chown", "-R", f"{USER}:{USER}", str(state / "sim"))
+        run("chown", "-R", f"{USER}:{USER}", str(state / "sim"))
         yield spec, state
     finally:
-        for daemon in daemons:
-            daemon.terminate()
-            daemon.wait(timeout=10)
+        stop(daemons)
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -181,7 +130,7 @@ def sudo_with_password():
         yield password
     finally:
         SUDOERS.unlink(missing_ok=True)
-        _run("usermod", "-p", "*", USER)
+        run("usermod", "-p", "*", USER)
 
 
 def test_a_wrong_sudo_password_is_a_per_host_result_and_the_right_one_continues(ssh_cluster,

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from provision.facts.infiniband import parse_ibstat, parse_infiniband_class, read_tree
 from provision.facts.kernel_log import find_xids, parse_kernel_log
@@ -65,6 +66,16 @@ def test_bad_fault_parameters_are_spec_errors(tmp_path: Path) -> None:
     result = run_cli("sim", "up", str(spec))
     assert result.returncode == 2
     assert "simulation.faults[0].params.width: width: must be one of 1, 2, 4, 8, 16" in result.stderr
+
+
+def test_the_namespace_presentation_needs_ssh(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, [])
+    data = yaml.safe_load(spec.read_text())
+    data["simulation"]["presentation"] = "namespace"  # the example connects locally
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run_cli("validate", str(spec))
+    assert result.returncode == 2
+    assert "simulation.presentation: the namespace presentation reaches each host over SSH" in result.stderr
 
 
 def test_acs_read_clear_and_read_back_like_the_real_tools(tmp_path: Path) -> None:

@@ -220,10 +220,18 @@ def _stand_ins_digest() -> str:
 
 def _write_bin_template(directory: Path) -> Path:
     """One script per tool, shared by every host through hard links: each finds its host's root
-    next to its own ``bin/`` (``${0%/*}/../root``), so no script needs to name its host.
+    next to its own ``bin/`` (``${0%/*}/../root``), so no script needs to name its host."""
+    return write_stand_ins(directory, '"${0%/*}/../root"')
 
-    The stand-ins need only the standard library, so when the controller's interpreter is not executable by
-    the user running the tool (a test user logged in over SSH), the system ``python3`` runs them.
+
+def write_stand_ins(directory: Path, root: str, *, node_python: bool = True) -> Path:
+    """The stand-in scripts, each running ``python -m provision.sim.tools --root ROOT TOOL``.
+
+    ``root`` is a shell word naming the host's hardware root. The stand-ins need only the standard library,
+    so when the controller's interpreter is not executable by the user running the tool (a test user logged
+    in over SSH), the system ``python3`` runs them. ``node_python`` adds the node's ``python3`` (what runs
+    burn-in workers): the controller's interpreter, which has torch, with the rank-layer fault shim on its
+    path; the shim reads this host's faults from its hardware root.
     """
     directory.mkdir(parents=True, exist_ok=True)
     source = Path(__file__).resolve().parent.parent.parent
@@ -233,21 +241,20 @@ def _write_bin_template(directory: Path) -> Path:
             "#!/bin/sh\n"
             f'PYTHONPATH="{source}${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH\n'
             f'python="{sys.executable}"\n'
-            '[ -x "$python" ] || python=/usr/bin/python3  # not PATH: python3 there is the node stand-in\n'
-            f'exec "$python" -m provision.sim.tools --root "${{0%/*}}/../root" {tool} "$@"\n'
+            '[ -x "$python" ] || python=/usr/bin/python3  # not PATH: python3 there may be the node stand-in\n'
+            f'exec "$python" -m provision.sim.tools --root {root} {tool} "$@"\n'
         )
         script.chmod(0o755)
-    # The node's Python (what runs burn-in workers): the controller's interpreter, which has torch, with the
-    # rank-layer fault shim on its path; the shim reads this host's faults from its hardware root.
-    shim = Path(__file__).resolve().parent / "rankshim"
-    python = directory / "python3"
-    python.write_text(
-        "#!/bin/sh\n"
-        f'PYTHONPATH="{shim}:{source}${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH\n'
-        'PROVISION_SIM_ROOT="${0%/*}/../root"; export PROVISION_SIM_ROOT\n'
-        f'exec "{sys.executable}" "$@"\n'
-    )
-    python.chmod(0o755)
+    if node_python:
+        shim = Path(__file__).resolve().parent / "rankshim"
+        python = directory / "python3"
+        python.write_text(
+            "#!/bin/sh\n"
+            f'PYTHONPATH="{shim}:{source}${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH\n'
+            f"PROVISION_SIM_ROOT={root}; export PROVISION_SIM_ROOT\n"
+            f'exec "{sys.executable}" "$@"\n'
+        )
+        python.chmod(0o755)
     return directory
 
 

@@ -68,6 +68,7 @@ def materialize_shared(root: Path, hardware: NodeHardware, *, kernel: str, link_
         os.symlink(os.path.relpath(device_dir, sys_root / "class" / "infiniband"),
                    sys_root / "class" / "infiniband" / hca.name)
     for directory in ("etc/modules-load.d", "etc/modprobe.d", "etc/systemd/system", "etc/apt/preferences.d",
+                      "etc/security/limits.d", "etc/sysctl.d",
                       "usr/lib/modules", "usr/local/sbin", "tmp", "sys/module"):
         (root / directory).mkdir(parents=True, exist_ok=True)
     write(root / "etc/os-release", 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'

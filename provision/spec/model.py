@@ -369,6 +369,10 @@ class Fault(Strict):
 class Simulation(Strict):
     seed: int = 0
     faults: list[Fault] = []
+    #: ``prefix``: playbooks reach each host through ``hw_root`` and its stand-ins first on PATH (any machine).
+    #: ``namespace``: each host is presented at the real paths by an sshd running in its own namespace
+    #: (``provision sim shell SPEC HOST -- sshd ...``), so the playbooks get no ``hw_root`` at all.
+    presentation: Literal["prefix", "namespace"] = "prefix"
 
 
 class ClusterSpec(Strict):

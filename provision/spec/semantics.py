@@ -258,6 +258,9 @@ def _check_paths(spec: ClusterSpec, spec_dir: Path, problems: list[Problem]) -> 
 def _check_faults(spec: ClusterSpec, nodes: dict[str, ResolvedNode], problems: list[Problem]) -> None:
     if spec.simulation is None:
         return
+    if spec.simulation.presentation == "namespace" and spec.connection.transport != "ssh":
+        problems.append(Problem(("simulation", "presentation"), "the namespace presentation reaches each host "
+                                "over SSH (an sshd started in the host's namespace)", "set connection.transport: ssh"))
     for index, fault in enumerate(spec.simulation.faults):
         path: Path_ = ("simulation", "faults", index)
         kind = CATALOG.get(fault.kind)

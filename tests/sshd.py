@@ -1,0 +1,105 @@
+"""OpenSSH servers on loopback for the real-transport tests: one sshd per simulated host, a dedicated login user.
+
+Host keys are generated and written to a known_hosts the tests hand to Ansible and paramiko, so host key
+checking stays on. How each sshd is started (plainly, or inside a host's namespace) is the test's business:
+this module only writes what it needs and says how to run it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+USER = "provision-test"
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def run(*command: str) -> str:
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=60).stdout
+
+
+def ensure_user() -> None:
+    if subprocess.run(["id", USER], capture_output=True).returncode != 0:
+        run("useradd", "-m", "-s", "/bin/sh", USER)
+        run("usermod", "-p", "*", USER)  # locked for passwords, but key logins work with UsePAM no
+
+
+def free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+def wait_listening(address: str, port: int, deadline_s: float = 10.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex((address, port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"sshd did not listen on {address}:{port}")
+
+
+@dataclass
+class LoopbackSshd:
+    """Keys, configs and known_hosts for one sshd per host under ``work``; all on one port."""
+
+    work: Path
+    addresses: dict[str, str]
+    port: int = 0
+    known: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ensure_user()
+        os.makedirs("/run/sshd", exist_ok=True)
+        self.work.chmod(0o755)
+        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
+        authorized = self.work / "authorized_keys"
+        authorized.write_text((self.work / "client.pub").read_text())
+        authorized.chmod(0o644)
+        self.port = self.port or free_port(next(iter(self.addresses.values())))
+
+    @property
+    def client_key(self) -> Path:
+        return self.work / "client"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.work / "known_hosts"
+
+    def command(self, host: str) -> list[str]:
+        """The sshd command line for ``host``; its host key goes into known_hosts."""
+        address = self.addresses[host]
+        key = self.work / f"host_{host}"
+        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+        config = self.work / f"sshd_{host}"
+        config.write_text("\n".join([
+            f"ListenAddress {address}:{self.port}", f"HostKey {key}",
+            f"AuthorizedKeysFile {self.work / 'authorized_keys'}", "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "PidFile none",
+            "MaxStartups 100:30:200", f"AllowUsers {USER}", "LogLevel ERROR"]) + "\n")
+        kind, public, *_ = (self.work / f"host_{host}.pub").read_text().split(" ")
+        self.known.append(f"[{address}]:{self.port} {kind} {public}")
+        self.known_hosts.write_text("\n".join(self.known) + "\n")
+        return [SSHD, "-D", "-e", "-f", str(config)]
+
+    def connection(self, *, forks: int) -> dict[str, object]:
+        """The spec's ``connection:`` section for these hosts."""
+        return {"transport": "ssh", "user": USER, "port": self.port, "key_file": str(self.client_key),
+                "known_hosts": str(self.known_hosts), "become": False, "forks": forks, "timeout_s": 20}
+
+
+def stop(daemons: list[subprocess.Popen[bytes]]) -> None:
+    for daemon in daemons:
+        daemon.terminate()
+    for daemon in daemons:
+        try:
+            daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(timeout=10)
