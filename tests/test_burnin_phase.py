@@ -67,3 +67,39 @@ def test_a_node_test_that_did_not_finish_is_run_again_alone_before_it_fails(tmp_
     assert verdicts["sim01"].passed and verdicts["sim02"].passed
     assert "first run: GPU 3: stopped making progress" in verdicts["sim02"].results[0].evidence[0]
     assert not verdicts["sim03"].passed and verdicts["sim03"].reason.endswith("(confirmed on a repeat)")
+
+
+def test_a_step_time_shape_is_trained_again_before_it_fails(tmp_path: Path, monkeypatch) -> None:
+    """A burst of load on the machine made sim01's steps 'grow' (seen in CI); sim02 grows every time. The suspects
+    train once more without the rest; the repeat decides, and a repeat saves no checkpoint."""
+    from provision.burnin import training
+    from provision.burnin.launch import LaunchResult, NodeRun
+    from provision.spec import load_spec
+    from tests.simhelpers import write_spec
+
+    loaded = load_spec(write_spec(tmp_path, [], hosts="sim[01-03]"))
+    steady, growing = [0.1] * 12, [0.1] * 6 + [0.2] * 6
+    calls: list[tuple[list[str], str, int]] = []
+
+    def fake_launch(loaded, state_dir, nodes, *, test, nproc, params, deadline_s, port):
+        calls.append(([node.name for node in nodes], params["phase"], params["checkpoint_step"]))
+        first_run = len(calls) <= 2
+        runs = []
+        for index, node in enumerate(nodes):
+            times = growing if node.name == "sim02" or (first_run and node.name == "sim01") else steady
+            records = [{"type": "agent", "workers": {str(local): {"killed": False} for local in range(nproc)}}]
+            records += [{"type": "result", "local_rank": local, "device": "cpu", "ddp_losses": [2.0, 1.0],
+                         "fsdp_losses": [2.0, 1.0], "ddp_step_s": times, "fsdp_step_s": times, "tail_digest": "t",
+                         "shard_digest": "s", "tail_losses": [1.0]} for local in range(nproc)]
+            runs.append(NodeRun(node.name, index, records=records))
+        return LaunchResult(test, runs, nproc)
+
+    monkeypatch.setattr(training, "launch", fake_launch)
+    verdicts = {verdict.node: verdict for verdict in training.run_training_stage(
+        loaded, loaded.nodes, tmp_path, seed=1, port=20000, run_id="r1", evidence_dir=tmp_path / "workers")}
+    assert calls[2][0] == ["sim01", "sim02"] and calls[2][1:] == ("train", -1)
+    assert len(calls) == 3
+    assert verdicts["sim03"].passed and verdicts["sim01"].passed
+    step_time = next(result for result in verdicts["sim01"].results if result.check == "step_time")
+    assert step_time.evidence[0].startswith("first run: GPU 0 ddp: step time growing")
+    assert not verdicts["sim02"].passed and verdicts["sim02"].reason.endswith("(confirmed on a repeat)")
