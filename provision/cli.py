@@ -492,10 +492,13 @@ def topology_check(spec: Path, as_json: bool) -> int:
               help="An explicit cabling plan (UFM .ndt or CSV) instead of a spec; may be repeated.")
 @click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="An earlier dump: report what changed since, and re-check only the cables the change touched.")
+@click.option("--guid-map", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Node GUID -> name (ibnetdiscover's --node-name-map format, or H-<guid> <name>), for HCAs whose "
+                   "node description is still the vendor's: name each '<host> <hca>'.")
 @state_dir_option
 @json_option
 def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, ...], baseline: Path | None,
-                   state_dir: Path | None, as_json: bool) -> int:
+                   guid_map: Path | None, state_dir: Path | None, as_json: bool) -> int:
     """Compare the as-built fabric with the design, cable by cable (exit 1 if anything is found)."""
     if (spec is None) == (not plans):
         raise click.UsageError("give either SPEC or --design PLAN (one or more), not both")
@@ -506,7 +509,8 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
         observed = sim_cluster.sim_dir(_state_dir(loaded, state_dir)) / "fabric" / "ibnetdiscover.txt"
         if not observed.exists():
             raise pipeline.UsageProblem(f"no simulated fabric dump at {observed}: run `provision sim up` first")
-    discovery = _read_dump(observed)
+    names = _read_guid_map(guid_map) if guid_map is not None else {}
+    discovery = _read_dump(observed, names)
     planned = []
     for plan in plans:
         try:
@@ -514,7 +518,7 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
         except cabling.PlanError as error:
             raise pipeline.UsageProblem(f"{plan}: {error}") from None
     if baseline is not None:
-        return _print_change(audit_change(loaded, planned, _read_dump(baseline), discovery), baseline, observed,
+        return _print_change(audit_change(loaded, planned, _read_dump(baseline, names), discovery), baseline, observed,
                              as_json)
     report = audit_against_spec(loaded, discovery) if loaded is not None else audit_against_plans(planned, discovery)
     counts = {category: sum(1 for f in report.findings if f.category == category)
@@ -778,11 +782,22 @@ def _cable_at_port(fabric: Fabric, port: str) -> Cable:
     return cable
 
 
-def _read_dump(path: Path) -> ibnetdiscover.Discovery:
+def _read_dump(path: Path, names: dict[str, str] | None = None) -> ibnetdiscover.Discovery:
     try:
-        return ibnetdiscover.parse(path.read_text(errors="replace"))
+        discovery = ibnetdiscover.parse(path.read_text(errors="replace"))
     except ibnetdiscover.DumpError as error:
         raise pipeline.UsageProblem(f"{path}: {error}") from None
+    if names:
+        ibnetdiscover.apply_names(discovery, names)
+    return discovery
+
+
+def _read_guid_map(path: Path) -> dict[str, str]:
+    names = ibnetdiscover.parse_guid_map(path.read_text(errors="replace"))
+    if not names:
+        raise pipeline.UsageProblem(f"{path}: no GUID map entries (expected lines like 0x<guid> \"<host> <hca>\" "
+                                    "or H-<guid> <host>)")
+    return names
 
 
 def _print_change(change, baseline: Path, observed: Path, as_json: bool) -> int:

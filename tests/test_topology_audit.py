@@ -117,3 +117,32 @@ def test_duplicate_hca_descriptions_are_refused_with_their_lines(tmp_path: Path)
     truncated.write_text(dump.read_text()[: len(dump.read_text()) // 4])  # cut mid-dump, mid-line
     partial = run_cli("topology", "audit", "--json", str(spec), "--observed", str(truncated))
     assert partial.returncode == 1 and json.loads(partial.stdout)["counts"]["missing"] > 0
+
+
+def test_a_guid_map_names_hcas_that_kept_the_vendor_description(tmp_path: Path) -> None:
+    """Without rdma-ndd every HCA says 'MT4129 ConnectX7 Mellanox Technologies'; a node-name map names them."""
+    import re
+
+    from provision.sim import cluster
+
+    spec = write_spec(tmp_path, [], hosts="sim[01-16]")
+    assert run_cli("sim", "up", str(spec)).returncode == 0
+    dump = (cluster.sim_dir(tmp_path / ".provision" / "sim16") / "fabric" / "ibnetdiscover.txt").read_text()
+    named = dict(re.findall(r'^Ca\s+\d+\s+"H-([0-9a-f]{16})"\s+# "([^"]+)"', dump, flags=re.M))
+    assert len(named) == 16 * 8
+    anonymous = tmp_path / "vendor-descriptions.txt"
+    anonymous.write_text(re.sub(r'# "sim\d\d mlx5_\d+"', '# "MT4129 ConnectX7   Mellanox Technologies"', dump))
+    guid_map = tmp_path / "node-name-map"
+    guid_map.write_text("# ibnetdiscover --node-name-map\n" + "".join(
+        f'0x{guid} "{name}"\n' for guid, name in named.items()))
+    unnamed = run_cli("topology", "audit", "--json", str(spec), "--observed", str(anonymous))
+    assert unnamed.returncode == 1
+    assert json.loads(unnamed.stdout)["counts"]["miswired"] == 16 * 8  # every leaf reaches an unknown HCA
+    mapped = run_cli("topology", "audit", "--json", str(spec), "--observed", str(anonymous),
+                     "--guid-map", str(guid_map))
+    assert mapped.returncode == 0, mapped.stdout + mapped.stderr
+    assert sum(json.loads(mapped.stdout)["counts"].values()) == 0
+    empty = tmp_path / "empty.map"
+    empty.write_text("# nothing here\n")
+    refused = run_cli("topology", "audit", str(spec), "--observed", str(anonymous), "--guid-map", str(empty))
+    assert refused.returncode == 2 and "no GUID map entries" in refused.stderr

@@ -153,19 +153,33 @@ def _add_peers_seen_only_from_links(discovery: Discovery) -> None:
 
 
 def parse_guid_map(text: str) -> dict[str, str]:
-    """Node GUID → host name, from ``H-<guid> <host>`` lines (hpc_toolset ``.map``) or alternating
-    ``VM_hostname <host>`` / ``<guid>`` lines (SuperBench's ibstat export)."""
+    """Node GUID → name: ibnetdiscover's ``--node-name-map`` (``0x<guid> "name"``), the same with ``H-``/``S-``
+    node ids (hpc_toolset ``.map``), or alternating ``VM_hostname <host>`` / ``<guid>`` lines (SuperBench's
+    ibstat export). The name is the rest of the line, unquoted: ``"gpu017 mlx5_3"`` names a host and its HCA."""
     mapping: dict[str, str] = {}
     pending_host: str | None = None
     for line in text.replace("\r\n", "\n").split("\n"):
-        parts = line.split()
+        parts = line.split(None, 1)
         if not parts or parts[0].startswith("#"):
             continue
-        if parts[0] == "VM_hostname" and len(parts) == 2:
-            pending_host = parts[1]
-        elif pending_host and re.fullmatch(r"(?:0x)?[0-9a-fA-F]{16}", parts[0]):
+        name = parts[1].split("#", 1)[0].strip().strip('"').strip() if len(parts) == 2 else ""
+        if parts[0] == "VM_hostname" and name:
+            pending_host = name
+        elif pending_host and len(parts) == 1 and re.fullmatch(r"(?:0x)?[0-9a-fA-F]{16}", parts[0]):
             mapping[f"{int(parts[0], 16):016x}"] = pending_host
             pending_host = None
-        elif len(parts) >= 2 and re.fullmatch(r"[HS]-[0-9a-fA-F]{16}", parts[0]):
-            mapping[parts[0][2:].lower()] = parts[1]
+        elif name and re.fullmatch(r"(?:[HS]-|0x)?[0-9a-fA-F]{16}", parts[0]):
+            mapping[f"{int(parts[0].split('-')[-1], 16):016x}"] = name
     return mapping
+
+
+def apply_names(discovery: Discovery, names: dict[str, str]) -> int:
+    """Give each node named in ``names`` (by GUID) that description, as ibnetdiscover's ``--node-name-map`` would
+    have: for fabrics whose HCAs still carry the vendor's default description. Returns how many were named."""
+    named = 0
+    for node in discovery.nodes.values():
+        guid = node.node_id.split("-", 1)[-1].lower()
+        if re.fullmatch(r"[0-9a-f]{16}", guid) and guid in names:
+            node.description = names[guid]
+            named += 1
+    return named
