@@ -33,6 +33,7 @@ from provision.fabric import (
     design_fabric,
     problem_places,
 )
+from provision.observe import open_session
 from provision.runs import RunRecord
 from provision.secrets import SecretUnavailable
 from provision.sim import cluster as sim_cluster
@@ -614,13 +615,20 @@ def _files_option(*names: str, help_text: str):
               help="Write the port-disable list (UFM REST and ibportstate), tickets and re-check routes here.")
 @click.option("--burnin-results", "last_burnin", is_flag=True,
               help="Add the pair-test results of the latest burn-in (the default for a simulated cluster).")
+@click.option("--execute", is_flag=True,
+              help="Also disable the listed switch ports now (ibportstate from --via), and read each one back.")
+@click.option("--via", metavar="HOST", help="The host whose HCA sends the disables (default: the spec's first node).")
 @state_dir_option
 @json_option
 def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ...], counter_dirs: tuple[Path, ...],
                    results: tuple[Path, ...], observed: Path | None, year: int | None, actions_dir: Path | None,
-                   last_burnin: bool, state_dir: Path | None, as_json: bool) -> int:
+                   last_burnin: bool, execute: bool, via: str | None, state_dir: Path | None, as_json: bool) -> int:
     """Name the flapping, erroring, down and degraded cables from events, counters and test results (exit 1 if any)."""
     loaded = load_spec(spec)
+    if execute and actions_dir is None:
+        raise click.UsageError("--execute runs the disable list that --actions DIR writes: give --actions too")
+    if via is not None and via not in loaded.node_names:
+        raise pipeline.UsageProblem(f"--via {via}: no node named {via!r} in {spec}")
     try:
         fabric = design_fabric(loaded)
     except ValueError as error:
@@ -653,15 +661,18 @@ def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ..
     suspects = [linkhealth_glue.suspect_dict(item, fabric, report.history[linkhealth_glue.cable_key(item.cable)])
                 for item in report.suspects]
     written: list[Path] = []
+    executed: list[dict[str, Any]] = []
     if actions_dir is not None:
         written = linkhealth_glue.write_actions(actions_dir, report, fabric)
+        if execute:
+            executed = _disable_ports(loaded, directory, linkhealth_glue.port_disables(report, fabric), via)
     payload = {"suspects": suspects, "ingestion": report.ingestion,
                "storms": [{"start": storm.start, "end": storm.end, "events": storm.events, "cables": storm.cables}
                           for storm in report.storms],
                "explained_by_reboots": report.explained_by_reboots,
                "unmatched": [{"source": u.source, "where": u.where, "text": u.text} for u in report.unmatched[:50]],
                "unmatched_total": len(report.unmatched), "tomography": report.tomography,
-               "actions": [str(path) for path in written]}
+               "actions": [str(path) for path in written], "executed": executed}
     if as_json:
         _emit_json(payload)
         return EXIT_PROBLEMS if suspects else EXIT_OK
@@ -694,6 +705,8 @@ def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ..
                   f"{report.tomography['next_test'][0]}", markup=False)
     for path in written[:2]:
         out.print(f"wrote {path}", markup=False)
+    for row in executed:
+        out.print(f"{row['switch']}/{row['port']} ({row['cable']}): {row['result']}: {row['detail']}", markup=False)
     return EXIT_PROBLEMS
 
 
@@ -771,6 +784,24 @@ def topology_recheck(spec: Path, ports: tuple[str, ...], state_dir: Path | None,
         for line in row["evidence"]:
             out.print(f"    {line}", markup=False)
     return code
+
+
+def _disable_ports(loaded: LoadedSpec, directory: Path, disables: list[linkhealth_glue.PortDisable],
+                   via: str | None) -> list[dict[str, Any]]:
+    """``--execute``: a mutating run, so it takes the cluster lock and leaves a run record of what it ran."""
+    node = next(node for node in loaded.nodes if node.name == (via or loaded.node_names[0]))
+    with ClusterLock(_ensure(directory), "disable ports"):
+        run = RunRecord(directory / "runs", "disable-ports", sys.argv[1:])
+        _Session.run = run
+        session = open_session(loaded, node, directory)
+        try:
+            rows = linkhealth_glue.execute_disables(disables, session, timeout_s=60.0)
+        finally:
+            session.close()
+        run.note("disable-ports", {"via": node.name, "ports": rows})
+        failed = any(row["result"] != "disabled" for row in rows)
+        run.finish("problems-found" if failed else "succeeded", EXIT_PROBLEMS)
+    return rows
 
 
 def _cable_at_port(fabric: Fabric, port: str) -> Cable:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from provision.fabric import audit_against_spec, design_endpoint
+from provision.facts.ibportstate import final_state
+from provision.observe import HostSession
 from provision.spec import LoadedSpec
 from provision.state.store import StateStore
 from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, tomography, ufm_events
@@ -282,6 +284,55 @@ def _end(fabric: Fabric, end: Port) -> dict[str, Any]:
     return {"node": node, "port": port, "ufm_port": ufm_events.ufm_port_path(port)[2:], "tier": data.get("kind")}
 
 
+@dataclass(frozen=True)
+class PortDisable:
+    """One switch port to take out of service: an end of a suspect cable (hosts' ports go with their node)."""
+
+    cable: str
+    klass: str
+    switch: str
+    port: int
+    guid: str | None  # 0x GUID from the dump; None without one
+
+    def command(self) -> list[str]:
+        return ["ibportstate", "-G", self.guid or "<guid>", str(self.port), "disable"]
+
+
+def port_disables(report: Report, fabric: Fabric) -> list[PortDisable]:
+    disables = []
+    for item in report.suspects:
+        if item.klass not in ("down", "flapping", "erroring", "degraded"):
+            continue
+        for node, port in (item.cable.a, item.cable.b):
+            if fabric.graph.nodes[node].get("kind") != HCA:
+                disables.append(PortDisable(cable_key(item.cable), item.klass, node, port,
+                                            report.guids.get(node.lower())))
+    return disables
+
+
+def execute_disables(disables: list[PortDisable], session: HostSession, timeout_s: float) -> list[dict[str, Any]]:
+    """Disable each port from ``session``'s host (an SMP reaches any switch from any HCA), then query it back:
+    a port counts as disabled only when it reads ``PhysLinkState Disabled``. A port whose GUID is unknown is
+    reported, never guessed; one failure does not stop the others."""
+    rows = []
+    for item in disables:
+        row: dict[str, Any] = {"cable": item.cable, "switch": item.switch, "port": item.port, "guid": item.guid}
+        if item.guid is None:
+            rows.append({**row, "result": "skipped", "detail": "GUID unknown: pass --observed DUMP"})
+            continue
+        change = session.run(item.command(), timeout_s)
+        query = session.run(["ibportstate", "-G", item.guid, str(item.port), "query"], timeout_s) \
+            if change.ok else change
+        state = final_state(query.stdout) if query.ok else None
+        if state is not None and state[1] == "Disabled":
+            rows.append({**row, "result": "disabled", "detail": f"LinkState {state[0]}, PhysLinkState {state[1]}"})
+        else:
+            detail = query.problem() if not query.ok else \
+                f"still PhysLinkState {state[1]}" if state else "no PortInfo in ibportstate's output"
+            rows.append({**row, "result": "failed", "detail": detail})
+    return rows
+
+
 def write_actions(directory: Path, report: Report, fabric: Fabric) -> list[Path]:
     """The port-disable list (UFM REST payloads and ibportstate commands) and a ticket per cable; nothing runs."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -289,18 +340,14 @@ def write_actions(directory: Path, report: Report, fabric: Fabric) -> list[Path]
     payloads, commands = [], ["#!/bin/sh", "# Written by provision topology flaps; review before running.",
                               "# Disables both ends of each suspect cable (the SM then routes around it).", "set -e"]
     router = tomography.Router(fabric)
-    for item in to_disable:
-        for node, port in (item.cable.a, item.cable.b):
-            if fabric.graph.nodes[node].get("kind") == HCA:
-                continue  # a host port is taken out with its node, not from the fabric
-            guid = report.guids.get(node.lower())
-            ufm_id = guid.removeprefix("0x") if guid else node  # UFM names systems by bare GUID
-            payloads.append({"action": "disable", "identifier": "id", "object_type": "System",
-                             "object_ids": [ufm_id], "params": {"port_id": f"{ufm_id}_{port}"},
-                             "description": f"provision: {item.klass} cable {cable_key(item.cable)}"})
-            commands.append(f"ibportstate -G {guid} {port} disable" if guid else
-                            f"# {node} port {port}: GUID unknown (pass --observed DUMP); ibportstate -G <guid> "
-                            f"{port} disable")
+    for disable in port_disables(report, fabric):
+        ufm_id = disable.guid.removeprefix("0x") if disable.guid else disable.switch  # UFM: systems by bare GUID
+        payloads.append({"action": "disable", "identifier": "id", "object_type": "System",
+                         "object_ids": [ufm_id], "params": {"port_id": f"{ufm_id}_{disable.port}"},
+                         "description": f"provision: {disable.klass} cable {disable.cable}"})
+        commands.append(" ".join(disable.command()) if disable.guid else
+                        f"# {disable.switch} port {disable.port}: GUID unknown (pass --observed DUMP); "
+                        + " ".join(disable.command()))
     written = [directory / "disable_ports.ufm.json", directory / "disable_ports.sh"]
     written[0].write_text(json.dumps(payloads, indent=2) + "\n")
     written[1].write_text("\n".join(commands) + "\n")

@@ -4,6 +4,7 @@ in the documented formats where no fixture does (there is no raw UFM event.log f
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,18 @@ def test_counter_deltas_handle_resets_and_saturation():
     assert set(changes) == {"LinkDownedCounter", "SymbolErrorCounter"}  # PortXmitWait is congestion, not errors
     assert changes["LinkDownedCounter"].saturated and changes["LinkDownedCounter"].delta == 5
     assert changes["SymbolErrorCounter"].reset and changes["SymbolErrorCounter"].delta == 3
+
+
+def test_ibportstate_blocks_and_the_state_a_port_is_left_in() -> None:
+    """Our recording of a switch-port disable (infiniband-diags' layout, Mellanox's extended block included)."""
+    from provision.facts.ibportstate import final_state, parse_port_info
+
+    text = (Path(__file__).parent / "data" / "ibportstate_switch_disable.txt").read_text()
+    blocks = parse_port_info(text)
+    assert [(block.title, block.where, block.port) for block in blocks] == [
+        ("Initial Switch PortInfo", "Lid 41", 23), ("MLNX ext PortInfo", "Lid 41", 23),
+        ("After PortInfo set", "Lid 41", 23)]
+    assert blocks[0].fields["PhysLinkState"] == "LinkUp" and blocks[0].fields["LinkSpeedExtActive"] == "53.125 Gbps"
+    assert blocks[1].fields["LinkSpeedActive"] == "0x00"  # not mistaken for the port's own speed
+    assert final_state(text) == ("Down", "Disabled")
+    assert final_state("ibwarn: can't resolve destination port\n") is None

@@ -125,3 +125,34 @@ def test_the_dump_adds_cables_it_shows_down_or_slower_than_designed(tmp_path):
     fabric = design_fabric(load_spec(spec))
     assert classes == {cable_key(fabric.cable_at(("sim02/mlx5_3", 1))): "degraded",
                        cable_key(fabric.cable_at(("sim05/mlx5_0", 1))): "down"}
+
+
+def test_execute_disables_both_switch_ends_and_reads_them_back(tmp_path):
+    """--execute runs the disable list from a host (ibportstate over the simulated fabric): each port must read
+    back PhysLinkState Disabled; the disabled cable leaves the fabric's sweep until its ports are enabled."""
+    from provision.facts.ibportstate import final_state
+    from tests.simhelpers import SimHost
+
+    spec = write_spec(tmp_path, [{"kind": "flapping_cable", "target": FLAPPING, "params": {"flaps_per_hour": 2}}],
+                      hosts="sim[01-16]")
+    state = tmp_path / "state"
+    assert run_cli("sim", "up", str(spec), "--state-dir", str(state)).returncode == 0
+    refused = run_cli("topology", "flaps", str(spec), "--state-dir", str(state), "--execute")
+    assert refused.returncode == 2 and "give --actions too" in refused.stderr
+    result, report = flaps(spec, state, "--actions", str(tmp_path / "actions"), "--execute", "--via", "sim03")
+    assert result.returncode == 1, result.stderr
+    [suspect] = report["suspects"]
+    assert [(row["result"], row["cable"]) for row in report["executed"]] == [("disabled", suspect["cable"])] * 2
+    assert all(row["detail"] == "LinkState Down, PhysLinkState Disabled" for row in report["executed"])
+    [record] = [path for path in (state / "runs").iterdir()]
+    manifest = json.loads((record / "manifest.json").read_text())
+    assert manifest["command"] == "disable-ports" and manifest["disable-ports"]["via"] == "sim03"
+    audit = json.loads(run_cli("topology", "audit", "--json", str(spec), "--state-dir", str(state)).stdout)
+    assert [(cable["category"], cable["expected"]) for cable in audit["cables"]] == [
+        ("missing", suspect["cable"].lower())]
+    host = SimHost(state, "sim01")  # after the repair, by hand from any host
+    for row in report["executed"]:
+        enabled = host.run("ibportstate", "-G", row["guid"], str(row["port"]), "enable")
+        assert final_state(enabled.stdout) == ("Active", "LinkUp")
+    clean = run_cli("topology", "audit", "--json", str(spec), "--state-dir", str(state))
+    assert clean.returncode == 0, clean.stdout

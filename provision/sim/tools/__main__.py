@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from provision.sim.host import ensure_host
-from provision.sim.tools import apt, ib, nvidia_smi, pci, perftest, system
+from provision.sim.tools import apt, ib, nvidia_smi, pci, perftest, portstate, system
 from provision.sim.tools.common import ToolError
 
 TOOLS: dict[str, Callable[[Path, list[str]], int]] = {
@@ -31,12 +31,13 @@ TOOLS: dict[str, Callable[[Path, list[str]], int]] = {
     "apt-get": apt.apt_get,
     "apt-mark": apt.apt_mark,
     "ib_write_bw": perftest.ib_write_bw,
+    "ibportstate": portstate.ibportstate,
 }
 
 #: Commands a playbook might call on a real host that must never reach this
 #: machine's real binaries from a simulated node: they fail loudly instead.
 GUARDED = ("dkms", "update-initramfs", "mlnxofedinstall", "nvidia-installer", "flint", "mlxconfig", "mlxlink",
-           "ibportstate", "ipmitool", "dpkg", "apt", "poweroff", "halt", "init", "kexec", "sysctl", "ofed_info",
+           "ipmitool", "dpkg", "apt", "poweroff", "halt", "init", "kexec", "sysctl", "ofed_info",
            "hca_self_test.ofed", "dcgmi", "nvidia-bug-report.sh", "rmmod", "insmod", "ip", "ifdown", "ifup")
 
 
