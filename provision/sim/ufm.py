@@ -11,7 +11,6 @@ only a few link-error recoveries below any threshold, which is why tomography ex
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,10 +18,12 @@ from pathlib import Path
 
 from provision.fabric import design_fabric
 from provision.sim.fabric import parse_port
+from provision.sim.hardware import hca_guid
 from provision.spec import LoadedSpec
 from topology.counters import THRESHOLDS
 from topology.model import HCA, Cable, Fabric
 from topology.ufm_events import ufm_port_path
+from topology.writer import switch_guid
 
 HOUR = 3600.0
 SIM_CLOCK = datetime(2026, 11, 2, 12, 0, tzinfo=UTC).timestamp()
@@ -54,7 +55,15 @@ def serial_of(cable: Cable) -> str:
 @dataclass
 class EventWriter:
     lines: list[tuple[float, str]]
+    seed: int = 0
     next_id: int = 1
+
+    def guid(self, fabric: Fabric, node: str) -> str:
+        """The GUID the simulated fabric's dump and hosts give the device, so UFM's dev_id matches them."""
+        data = fabric.graph.nodes[node]
+        if data.get("kind") == HCA:
+            return "0x" + hca_guid(self.seed, data["host"], data["hca"])
+        return "0x" + switch_guid(node)
 
     def add(self, when: float, code: int, level: str, topic: str, device_type: str, description: str,
             dev_id: str, message: str) -> None:
@@ -65,16 +74,16 @@ class EventWriter:
     def port_event(self, fabric: Fabric, when: float, code: int, level: str, end: tuple[str, int],
                    message: str) -> None:
         device_type, description = port_description(fabric, *end)
-        self.add(when, code, level, "Hardware", device_type, description, _guid(end[0]), message)
+        self.add(when, code, level, "Hardware", device_type, description, self.guid(fabric, end[0]), message)
 
     def link_down(self, fabric: Fabric, when: float, cable: Cable) -> None:
         a, b = cable.a, cable.b
         host = fabric.host_end(cable)
         switch_end = cable.other(host) if host else a
+        ends = [f"({_kind(fabric, node)}:{node}:{ufm_port_path(port)}){self.guid(fabric, node)}:{port}"
+                for node, port in (a, b)]
         self.port_event(fabric, when, 329, "WARNING", switch_end,
-                        f"Link went down: ({_kind(fabric, a[0])}:{a[0]}:{ufm_port_path(a[1])}){_guid(a[0])}:{a[1]}"
-                        f" - ({_kind(fabric, b[0])}:{b[0]}:{ufm_port_path(b[1])}){_guid(b[0])}:{b[1]}, "
-                        f"cable S/N: {serial_of(cable)}")
+                        f"Link went down: {ends[0]} - {ends[1]}, cable S/N: {serial_of(cable)}")
         for end in (a, b):
             if fabric.graph.nodes[end[0]].get("kind") != HCA:
                 self.port_event(fabric, when + 0.2, 112, "MINOR", end,
@@ -84,10 +93,6 @@ class EventWriter:
 
     def text(self) -> str:
         return "".join(line + "\n" for _when, line in sorted(self.lines, key=lambda item: item[0]))
-
-
-def _guid(node: str) -> str:
-    return "0x" + hashlib.sha256(node.encode()).hexdigest()[:16]
 
 
 def _kind(fabric: Fabric, node: str) -> str:
@@ -100,7 +105,7 @@ def history(fabric: Fabric, faults: list[dict], *, seed: int, end: float, hours:
     """The event log text, and counter readings per switch at the start and end of the window."""
     rng = random.Random(seed)
     start = end - hours * HOUR
-    writer = EventWriter([])
+    writer = EventWriter([], seed)
     cables = list(fabric.cables())
     switch_cables = [cable for cable in cables if fabric.host_end(cable) is None]
     for _ in range(int(background_per_hour * hours)):
