@@ -137,3 +137,37 @@ def test_a_short_middle_tier_is_named_on_the_leaves_it_limits() -> None:
     assert named == set(fabric.nodes_of(LEAF)), "every leaf has a same-rail partner across the short group"
     for violation in (v for v in violations if v.switch not in inside):  # outside, the partner named is inside
         assert any(f"same-rail leaf {leaf} " in violation.message for leaf in inside), violation.message
+
+
+def test_the_flow_equivalent_tree_gives_every_same_rail_min_cut() -> None:
+    """Gusfield over one rail's leaves only: each pair's min cut (the lightest edge on its tree path) equals a
+    direct max flow between them, on a fabric with middle-tier cables removed at random."""
+    import itertools
+    import random
+
+    import networkx as nx
+
+    from topology.rules import _switch_capacity_graph, flow_equivalent_tree
+
+    rng = random.Random(7)
+    fabric = _design(32, 4, 8, rails=4)
+    middle = [cable for cable in fabric.cables() if LEAF not in (fabric.kind(cable.a[0]), fabric.kind(cable.b[0]))
+              and HCA not in (fabric.kind(cable.a[0]), fabric.kind(cable.b[0]))]
+    for cable in rng.sample(middle, 2 * len(middle) // 3):
+        fabric.remove_cable(cable)
+    for missing, leaf in enumerate(rng.sample(fabric.nodes_of(LEAF), 6)):  # leaves short of 0..3 uplinks
+        uplinks = [port for port, (peer, _p) in sorted(fabric.ports_of(leaf).items()) if fabric.kind(peer) == SPINE]
+        for port in uplinks[: missing % 4]:
+            fabric.remove_cable(fabric.cable_at((leaf, port)))
+    graph = _switch_capacity_graph(fabric)
+    cuts = set()
+    for rail in {fabric.graph.nodes[node]["rail"] for node in fabric.nodes_of(LEAF)}:
+        leaves = sorted(node for node in fabric.nodes_of(LEAF) if fabric.graph.nodes[node]["rail"] == rail)
+        tree = flow_equivalent_tree(graph, leaves)
+        for a, b in ((a, b) for index, a in enumerate(leaves) for b in leaves[index + 1:]):
+            path = nx.shortest_path(tree, a, b)
+            via_tree = min(tree[u][v]["weight"] for u, v in itertools.pairwise(path))
+            direct = nx.maximum_flow_value(graph, a, b, capacity="capacity")
+            assert via_tree == direct, (a, b)
+            cuts.add(direct)
+    assert len(cuts) > 2, "the removed cables must make pairs differ, or the test proves little"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import networkx as nx
+from networkx.algorithms.flow import build_residual_network, edmonds_karp
 
 from topology.design import LINK_RATES_GBPS
 from topology.model import CORE, HCA, LEAF, SPINE, TIER_RANK, Fabric
@@ -136,10 +137,11 @@ def _switch_capacity_graph(fabric: Fabric) -> nx.Graph:
 def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None) -> list[Violation]:
     """Same-rail leaves joined by fewer edge-disjoint paths than a leaf has uplinks, each named once.
 
-    All-pairs leaf min cuts come from one Gomory-Hu tree (a max flow per switch, not per pair). A leaf whose
-    *own* uplinks fall short is reported once, for its own uplinks, not again by every same-rail leaf that
-    reaches it; a pair of leaves is reported for the middle tiers only when their cut is smaller than both
-    leaves' own uplinks.
+    Every same-rail pair's min cut comes from one flow-equivalent tree per rail over that rail's leaves alone
+    (:func:`flow_equivalent_tree`: a max flow per leaf, not per pair, nor per switch as a Gomory-Hu tree of the
+    whole graph would take). A leaf whose *own* uplinks fall short is reported once, for its own uplinks, not
+    again by every same-rail leaf that reaches it; a pair of leaves is reported for the middle tiers only when
+    their cut is smaller than both leaves' own uplinks.
     """
     leaves = fabric.nodes_of(LEAF)
     nodes = fabric.graph.nodes
@@ -157,39 +159,73 @@ def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None) -> list[
     found = [Violation("disjoint_paths", leaf, None, f"{leaf}'s own uplinks carry {own[leaf] / link:g} link(s), "
                        f"designed {designed}: every same-rail path from it is limited to that")
              for leaf in sorted(own) if own[leaf] < needed]
-    for component in nx.connected_components(graph):
-        if len(component) < 2:
-            continue
-        part = graph if len(component) == len(graph) else graph.subgraph(component).copy()  # views are slow
-        tree = nx.gomory_hu_tree(part, capacity="capacity")  # Edmonds-Karp: 1.7 s here; Dinitz 3.3, BK 2.3
-        if all(data["weight"] >= needed for _u, _v, data in tree.edges(data=True)):
-            continue
-        for leaf in sorted(component & own.keys()):
-            worst = _weakest_same_rail(tree, leaf, leaves, nodes, own, needed)
-            if worst is not None:
-                found.append(Violation("disjoint_paths", leaf, None,
-                                       f"{leaf} reaches same-rail leaf {worst[0]} over {worst[1] / link:g} "
-                                       f"edge-disjoint path(s), designed {designed}, though both leaves' own "
-                                       "uplinks carry more: the spine or core tier is short"))
+    rails: dict[object, list[str]] = {}
+    for leaf in sorted(own):
+        rails.setdefault(nodes[leaf]["rail"], []).append(leaf)
+    residual = build_residual_network(graph, "capacity") if graph.number_of_edges() else None
+    pairs: list[Violation] = []
+    for rail_leaves in rails.values():
+        for group in _connected_groups(graph, rail_leaves):
+            if len(group) < 2 or residual is None:
+                continue
+            tree = flow_equivalent_tree(graph, group, residual)
+            if all(data["weight"] >= needed for _u, _v, data in tree.edges(data=True)):
+                continue
+            for leaf in group:
+                worst = _weakest_pair(tree, leaf, own, needed)
+                if worst is not None:
+                    pairs.append(Violation("disjoint_paths", leaf, None,
+                                           f"{leaf} reaches same-rail leaf {worst[0]} over {worst[1] / link:g} "
+                                           f"edge-disjoint path(s), designed {designed}, though both leaves' own "
+                                           "uplinks carry more: the spine or core tier is short"))
+    found += sorted(pairs, key=lambda violation: violation.switch)
     for leaf in sorted(set(leaves) - own.keys()):
         found.append(Violation("disjoint_paths", leaf, None, f"{leaf} has no uplink at all"))
     return found
 
 
-def _weakest_same_rail(tree: nx.Graph, leaf: str, leaves: list[str], nodes, own: dict[str, float],
-                       needed: float) -> tuple[str, float] | None:
-    """The same-rail leaf with the smallest min cut from ``leaf`` (the lightest edge on their tree path),
+def flow_equivalent_tree(graph: nx.Graph, terminals: list[str], residual: nx.DiGraph | None = None) -> nx.Graph:
+    """Gusfield's flow-equivalent tree over ``terminals`` only: the min cut between any two of them is the
+    lightest edge on their tree path, from ``len(terminals) - 1`` max flows in ``graph`` (edge ``capacity``).
+
+    Flow-equivalent, not cut-equivalent (it gives the values, not the cuts), which is all a bound on
+    disjoint paths needs; and over the terminals alone, where a Gomory-Hu tree takes a flow per node.
+    """
+    residual = residual if residual is not None else build_residual_network(graph, "capacity")
+    parent = dict.fromkeys(terminals[1:], terminals[0])
+    tree = nx.Graph()
+    tree.add_nodes_from(terminals)
+    for index, source in enumerate(terminals[1:], start=1):
+        target = parent[source]
+        value, (side, _other) = nx.minimum_cut(graph, source, target, capacity="capacity", flow_func=edmonds_karp,
+                                               residual=residual)
+        tree.add_edge(source, target, weight=value)
+        for later in terminals[index + 1:]:
+            if later in side and parent[later] == target:
+                parent[later] = source
+    return tree
+
+
+def _connected_groups(graph: nx.Graph, members: list[str]) -> list[list[str]]:
+    """``members`` split by the connected component of ``graph`` they are in (a flow between components is 0)."""
+    component_of: dict[str, int] = {}
+    for number, component in enumerate(nx.connected_components(graph)):
+        component_of.update(dict.fromkeys(component, number))
+    groups: dict[int, list[str]] = {}
+    for member in members:
+        groups.setdefault(component_of[member], []).append(member)
+    return list(groups.values())
+
+
+def _weakest_pair(tree: nx.Graph, leaf: str, own: dict[str, float], needed: float) -> tuple[str, float] | None:
+    """The leaf of the tree with the smallest min cut from ``leaf`` (the lightest edge on their tree path),
     among those whose cut is below what both leaves' own uplinks allow and below the design."""
-    rail = nodes[leaf]["rail"]
     bottleneck = {leaf: float("inf")}
     for parent, child in nx.bfs_edges(tree, leaf):
         bottleneck[child] = min(bottleneck[parent], tree[parent][child]["weight"])
     best: tuple[str, float] | None = None
-    for other in leaves:
-        if other == leaf or nodes[other]["rail"] != rail or other not in bottleneck:
-            continue
-        cut = bottleneck[other]
-        if cut < min(needed, own[leaf], own.get(other, 0.0)) and (best is None or cut < best[1]):
+    for other, cut in sorted(bottleneck.items()):
+        if other != leaf and cut < min(needed, own[leaf], own.get(other, 0.0)) and (best is None or cut < best[1]):
             best = (other, cut)
     return best
 
