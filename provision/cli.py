@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -512,6 +513,10 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
             raise pipeline.UsageProblem(f"no simulated fabric dump at {observed}: run `provision sim up` first")
     names = _read_guid_map(guid_map) if guid_map is not None else {}
     discovery = _read_dump(observed, names)
+    shared = Counter(node.description for node in discovery.nodes.values() if node.kind == "ca").most_common(1)
+    if shared and shared[0][1] > 1:  # rdma-ndd never ran: every HCA says what it is, not whose it is
+        err.print(f"provision: {shared[0][1]} HCAs share the node description {shared[0][0]!r}; name them with "
+                  "--guid-map (0x<guid> \"<host> <hca>\" per line)", markup=False)
     planned = []
     for plan in plans:
         try:

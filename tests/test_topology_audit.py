@@ -137,10 +137,12 @@ def test_a_guid_map_names_hcas_that_kept_the_vendor_description(tmp_path: Path) 
         f'0x{guid} "{name}"\n' for guid, name in named.items()))
     unnamed = run_cli("topology", "audit", "--json", str(spec), "--observed", str(anonymous))
     assert unnamed.returncode == 1
+    assert "128 HCAs share the node description 'MT4129 ConnectX7   Mellanox Technologies'" in unnamed.stderr
     assert json.loads(unnamed.stdout)["counts"]["miswired"] == 16 * 8  # every leaf reaches an unknown HCA
     mapped = run_cli("topology", "audit", "--json", str(spec), "--observed", str(anonymous),
                      "--guid-map", str(guid_map))
     assert mapped.returncode == 0, mapped.stdout + mapped.stderr
+    assert "share the node description" not in mapped.stderr
     assert sum(json.loads(mapped.stdout)["counts"].values()) == 0
     empty = tmp_path / "empty.map"
     empty.write_text("# nothing here\n")
