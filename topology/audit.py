@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from topology.cabling import Endpoint, discovered_endpoint, is_internal
+from topology.cabling import Endpoint, discovered_endpoint, is_internal, node_device
 from topology.ibnetdiscover import Discovery
 
 SPEED_RANK = {"SDR": 1, "DDR": 2, "QDR": 3, "FDR": 4, "EDR": 5, "HDR": 6, "NDR": 7, "XDR": 8}
@@ -143,11 +143,20 @@ def _name_swap_partners(findings: list[Finding], designed_peer: dict[Endpoint, E
 def discovered_links(discovery: Discovery) -> list[Link]:
     """Every cable of a dump as a pair of endpoints, director backplane links left out."""
     links = []
+    devices: dict[str, str] = {}  # a switch's name is worked out once, not once per port
+
+    def endpoint(node_id: str, port: int) -> Endpoint:
+        node = discovery.nodes[node_id]
+        if node.kind == "ca":
+            return discovered_endpoint(node, port)
+        if node_id not in devices:
+            devices[node_id] = node_device(node)
+        return devices[node_id], str(port)
+
     for link in discovery.links.values():
         if is_internal(discovery, link.a[0], link.b[0]):
             continue
-        links.append(Link(discovered_endpoint(discovery.nodes[link.a[0]], link.a[1]),
-                          discovered_endpoint(discovery.nodes[link.b[0]], link.b[1]), link.speed, link.width))
+        links.append(Link(endpoint(*link.a), endpoint(*link.b), link.speed, link.width))
     return links
 
 

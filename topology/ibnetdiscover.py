@@ -23,6 +23,7 @@ _QUOTED = re.compile(r'"([^"]*)"')
 _PORTS_LINE = re.compile(
     r"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+0x([0-9a-fA-F]+)\s+(\d+)x\s*(\S+)"
     r"(?:\s+-\s+(CA|SW|RT)\s+(\d+)\s+(\d+)\s+0x([0-9a-fA-F]+)\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)|\s*(.*))$")
+_SYSTEM = re.compile(r"^MF0;([^:]+):(.*)$", re.S)  # a switch's system name and ASIC, from its description
 _KIND = {"Switch": "switch", "Ca": "ca", "Hca": "ca", "Rt": "router", "SW": "switch", "CA": "ca", "RT": "router"}
 
 
@@ -42,14 +43,14 @@ class DiscoveredNode:
     @property
     def system_name(self) -> str:
         """``MF0;sat11-0101-0927-20ib0:MQM8700/U1`` → ``sat11-0101-0927-20ib0``; otherwise the description."""
-        match = re.match(r"^MF0;([^:]+):", self.description)
+        match = _SYSTEM.match(self.description)
         return match.group(1) if match else self.description.strip()
 
     @property
     def asic(self) -> str:
         """The part after the system name: ``MCS8500/L01/U1`` for a director ASIC, ``MQM8700/U1`` for a box."""
-        match = re.match(r"^MF0;[^:]+:(.*)$", self.description)
-        return match.group(1) if match else ""
+        match = _SYSTEM.match(self.description)
+        return match.group(2) if match else ""
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,14 @@ def parse(text: str) -> Discovery:
     first_unknown: tuple[int, str] | None = None
     for number, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
         line = raw.strip()
-        if not line or line.startswith("#"):
+        if not line or line[0] == "#":
+            continue
+        if line[0] == "[" and (port := _PORT.match(line)):  # most lines are ports: try them first
+            if current is None:
+                raise DumpError("a port line before any node header (truncated or not ibnetdiscover output)", number)
+            width, speed = _rate(port.group(6))
+            discovery.add_link(DiscoveredLink((current.node_id, int(port.group(1))),
+                                              (port.group(3), int(port.group(4))), width, speed))
             continue
         if line.startswith(("vendid=", "devid=", "switchguid=", "caguid=", "rtrguid=")):
             continue
@@ -98,13 +106,6 @@ def parse(text: str) -> Discovery:
                                      system_guid, number)
             discovery.nodes[current.node_id] = current
             system_guid = ""
-            continue
-        if port := _PORT.match(line):
-            if current is None:
-                raise DumpError("a port line before any node header (truncated or not ibnetdiscover output)", number)
-            width, speed = _rate(port.group(6))
-            discovery.add_link(DiscoveredLink((current.node_id, int(port.group(1))),
-                                              (port.group(3), int(port.group(4))), width, speed))
             continue
         if ports_line := _PORTS_LINE.match(line):
             _ports_format(discovery, ports_line)

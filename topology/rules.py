@@ -197,13 +197,26 @@ def flow_equivalent_tree(graph: nx.Graph, terminals: list[str], residual: nx.DiG
     tree.add_nodes_from(terminals)
     for index, source in enumerate(terminals[1:], start=1):
         target = parent[source]
-        value, (side, _other) = nx.minimum_cut(graph, source, target, capacity="capacity", flow_func=edmonds_karp,
-                                               residual=residual)
-        tree.add_edge(source, target, weight=value)
+        flows = edmonds_karp(graph, source, target, capacity="capacity", residual=residual)
+        tree.add_edge(source, target, weight=flows.graph["flow_value"])
+        side = _source_side(flows, target)
         for later in terminals[index + 1:]:
             if later in side and parent[later] == target:
                 parent[later] = source
     return tree
+
+
+def _source_side(residual: nx.DiGraph, target: str) -> set[str]:
+    """The source side of a min cut: every node that cannot reach the target through unsaturated residual edges
+    (the largest source side; networkx's ``minimum_cut`` finds the same set by listing every saturated edge)."""
+    reaching, stack = {target}, [target]
+    while stack:
+        node = stack.pop()
+        for peer, edge in residual.pred[node].items():
+            if peer not in reaching and edge["flow"] < edge["capacity"]:
+                reaching.add(peer)
+                stack.append(peer)
+    return set(residual) - reaching
 
 
 def _connected_groups(graph: nx.Graph, members: list[str]) -> list[list[str]]:
