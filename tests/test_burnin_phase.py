@@ -103,3 +103,43 @@ def test_a_step_time_shape_is_trained_again_before_it_fails(tmp_path: Path, monk
     step_time = next(result for result in verdicts["sim01"].results if result.check == "step_time")
     assert step_time.evidence[0].startswith("first run: GPU 0 ddp: step time growing")
     assert not verdicts["sim02"].passed and verdicts["sim02"].reason.endswith("(confirmed on a repeat)")
+
+
+def test_a_straggler_repeat_moves_rank_0_to_a_host_not_under_suspicion(tmp_path: Path, monkeypatch) -> None:
+    """Whoever holds node rank 0 also serves the rendezvous store. A straggler that follows rank 0 is the role,
+    not the host; one that stays with its host through the repeat is the host."""
+    from provision.burnin import multinode
+    from provision.burnin.launch import LaunchResult, NodeRun
+    from provision.spec import load_spec
+    from tests.simhelpers import write_spec
+
+    loaded = load_spec(write_spec(tmp_path, [], hosts="sim[01-04]"))
+    orders: list[list[str]] = []
+
+    def fake_launch(slow: str | None):
+        def launch(loaded, state_dir, nodes, *, test, nproc, params, deadline_s, port):
+            orders.append([node.name for node in nodes])
+            runs = []
+            for index, node in enumerate(nodes):
+                records = [{"type": "agent", "workers": {str(local): {"killed": False} for local in range(nproc)}},
+                           {"type": "result", "device": "cpu", "rank": index * nproc,
+                            "outside_s": 5.0 if node.name == slow or (slow is None and index == 0) else 1.0}]
+                records += [{"type": "result", "device": "cpu", "rank": index * nproc + local, "outside_s": 1.0}
+                            for local in range(1, nproc)]
+                runs.append(NodeRun(node.name, index, records=records))
+            return LaunchResult(test, runs, nproc)
+        return launch
+
+    monkeypatch.setattr(multinode, "launch", fake_launch(None))  # rank 0's host is always the slow one
+    verdicts = multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
+                                               evidence_dir=tmp_path / "role")
+    assert orders == [["sim01", "sim02", "sim03", "sim04"], ["sim02", "sim03", "sim04", "sim01"]]
+    assert all(verdict.passed for verdict in verdicts), [verdict.reason for verdict in verdicts]
+
+    orders.clear()
+    monkeypatch.setattr(multinode, "launch", fake_launch("sim01"))  # sim01 is slow wherever it runs
+    verdicts = multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
+                                               evidence_dir=tmp_path / "host")
+    assert orders[1][0] == "sim02"
+    failed = {verdict.node: verdict.reason for verdict in verdicts if not verdict.passed}
+    assert list(failed) == ["sim01"] and "straggler in collectives twice in a row" in failed["sim01"]
