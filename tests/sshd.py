@@ -94,6 +94,18 @@ class LoopbackSshd:
                 "known_hosts": str(self.known_hosts), "become": False, "forks": forks, "timeout_s": 20}
 
 
+def hand_to_login_user(state: Path, hosts: list[str]) -> None:
+    """Build the simulated hosts, then give them to the login user, who changes them over SSH (the folders above
+    them must let that user through)."""
+    from tests.simhelpers import SimHost
+
+    for directory in (state.parent, state):
+        directory.chmod(0o755)
+    for host in hosts:
+        SimHost(state, host)
+    run("chown", "-R", f"{USER}:{USER}", str(state / "sim"))
+
+
 def stop(daemons: list[subprocess.Popen[bytes]]) -> None:
     for daemon in daemons:
         daemon.terminate()

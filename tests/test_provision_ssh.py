@@ -21,7 +21,7 @@ from provision.facts.lspci import parse_lspci_verbose
 from provision.facts.nvidia_smi import parse_query_csv
 from tests.conftest import EXAMPLES, run_cli
 from tests.simhelpers import SimHost
-from tests.sshd import SSHD, USER, LoopbackSshd, run, stop, wait_listening
+from tests.sshd import SSHD, USER, LoopbackSshd, hand_to_login_user, run, stop, wait_listening
 
 PROVISIONING = "simulate,register,provision"  # burn-in has its own tests
 
@@ -49,11 +49,7 @@ def ssh_cluster():
         spec.write_text(yaml.safe_dump(data, sort_keys=False))
         assert run_cli("apply", str(spec), "--phases", "simulate").returncode == 0
         state = work / ".provision" / "sim16"
-        for directory in (work / ".provision", state):
-            directory.chmod(0o755)
-        for host in addresses:  # build the hosts, then hand them to the login user, who changes them
-            SimHost(state, host)
-        run("chown", "-R", f"{USER}:{USER}", str(state / "sim"))
+        hand_to_login_user(state, list(addresses))
         yield spec, state
     finally:
         stop(daemons)

@@ -24,7 +24,7 @@ from provision.facts.nvidia_smi import parse_query_csv
 from provision.sim import namespace
 from tests.conftest import EXAMPLES, ROOT, run_cli
 from tests.simhelpers import SimHost
-from tests.sshd import SSHD, USER, LoopbackSshd, run, stop, wait_listening
+from tests.sshd import SSHD, USER, LoopbackSshd, hand_to_login_user, stop, wait_listening
 
 PROVISIONING = "register,provision"
 
@@ -58,11 +58,7 @@ def namespaced_cluster():
         result = run_cli("sim", "up", str(spec))
         assert result.returncode == 0, result.stdout + result.stderr
         state = work / ".provision" / "sim16"
-        for directory in (work / ".provision", state):
-            directory.chmod(0o755)
-        for host in addresses:  # build the hosts, then hand them to the login user, who changes them
-            SimHost(state, host)
-        run("chown", "-R", f"{USER}:{USER}", str(state / "sim"))
+        hand_to_login_user(state, list(addresses))
         for host, address in addresses.items():
             daemons.append(subprocess.Popen([sys.executable, "-m", "provision", "sim", "shell", str(spec), host,
                                              "--", *servers.command(host)], cwd=ROOT, stdout=subprocess.DEVNULL,
