@@ -38,14 +38,13 @@ def _install(faults: list[dict]) -> None:
         real_matmul = torch.matmul
 
         def matmul(*args, **kwargs):
-            started = time.perf_counter()
+            started = time.thread_time()
             result = real_matmul(*args, **kwargs)
             for fault in slow:
-                if _mine(fault):  # a device computing at `factor` of its peers' speed: it works longer
-                    # by the clock the test times it with: CPU time of this thread missed the intra-op threads'
-                    # work, so a factor of 0.6 measured as 63-71% on a busy machine and the fault slipped through
-                    until = time.perf_counter() + (time.perf_counter() - started) * (1 / fault["factor"] - 1)
-                    while time.perf_counter() < until:
+                if _mine(fault):  # a device computing at `factor` of its peers' speed: it works longer, by the
+                    # clock the node test times CPU workers with (their own thread's CPU time; one thread each)
+                    until = time.thread_time() + (time.thread_time() - started) * (1 / fault["factor"] - 1)
+                    while time.thread_time() < until:
                         pass
             for fault in corrupt:
                 if _mine(fault):  # silent data corruption: one element slightly off, at no cost to the timing
