@@ -86,6 +86,8 @@ def judge_step_time(records: dict[int, dict[str, Any]], limit_cv: float) -> Chec
             elif spread > limit_cv and record["device"].startswith("cuda"):  # CPU time of ms-long steps on a
                 # shared CPU spreads by 0.3 with nothing wrong (seen in CI): on gloo only the shape is judged
                 uneven.append(f"GPU {local} {mode}: step time spread {spread:.2f} > {limit_cv:g} ({shape})")
+    # the most specific finding leads the message: a rhythm names its cause, growth and spread are often the machine
+    uneven.sort(key=lambda line: 0 if "periodic" in line else 1 if "growing" in line else 2)
     return CheckResult("step_time", Outcome.FAILED if uneven else Outcome.OK,
                        uneven[0] if uneven else f"step times within a spread of {limit_cv:g}",
                        "a periodic slow step points at a background job or the GC; a growing one at "
