@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -115,6 +116,15 @@ def test_tomography_finds_one_to_three_bad_cables_through_noise(seed):
     used = tomography.localize(localizer, run)
     assert set(localizer.found) == bad
     assert used <= 3 * tomography.information_bound(len(router.cables), len(bad))
+
+
+def test_noise_lowers_what_one_test_can_tell_to_the_binary_channel_capacity():
+    assert tomography.channel_capacity(0.0, 0.0) == pytest.approx(1.0)
+    # symmetric flips: 1 - H(p), the textbook binary symmetric channel
+    assert tomography.channel_capacity(0.02, 0.02) == pytest.approx(1 + 0.02 * math.log2(0.02) + 0.98 * math.log2(0.98),
+                                                                    abs=1e-4)
+    assert tomography.channel_capacity(0.02, 0.116) < tomography.channel_capacity(0.02, 0.02)
+    assert tomography.channel_capacity(0.5, 0.5) == pytest.approx(0.0)  # a coin toss tells nothing
 
 
 def test_ecmp_routing_reports_cables_no_test_can_tell_apart():

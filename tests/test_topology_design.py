@@ -171,3 +171,92 @@ def test_the_flow_equivalent_tree_gives_every_same_rail_min_cut() -> None:
             assert via_tree == direct, (a, b)
             cuts.add(direct)
     assert len(cuts) > 2, "the removed cables must make pairs differ, or the test proves little"
+
+
+def _damage(fabric: Fabric, rng, crossed: int, missing: int, slow: int, *, tiers=None) -> None:
+    """Cabling faults as a delivery has them: crossed pairs, missing and slow (HDR) cables among switch cables."""
+    cables = sorted((cable for cable in fabric.cables() if HCA not in (fabric.kind(cable.a[0]),
+                                                                        fabric.kind(cable.b[0]))),
+                    key=lambda cable: (cable.a, cable.b))
+    if tiers is not None:
+        cables = [cable for cable in cables if {fabric.kind(cable.a[0]), fabric.kind(cable.b[0])} == tiers]
+    chosen = rng.sample(cables, 2 * crossed + missing + slow)
+    for index in range(crossed):
+        first, second = chosen[2 * index], chosen[2 * index + 1]
+        fabric.remove_cable(first)
+        fabric.remove_cable(second)
+        fabric.add_cable(Cable(first.a, second.b, first.rate, first.width))
+        fabric.add_cable(Cable(second.a, first.b, second.rate, second.width))
+    for cable in chosen[2 * crossed:2 * crossed + missing]:
+        fabric.remove_cable(cable)
+    for cable in chosen[2 * crossed + missing:]:
+        fabric.remove_cable(cable)
+        fabric.add_cable(Cable(cable.a, cable.b, "HDR", cable.width))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_plane_bound_settles_exactly_what_the_flow_tree_would(seed: int) -> None:
+    """The disjoint-path rule with the per-plane bound (exact flows only for the pairs it cannot settle) names
+    the same leaves, partners and path counts as the flow-equivalent tree over every rail, on fabrics damaged
+    lightly (flows per pair) and heavily (the tree for the rail)."""
+    import random
+
+    from topology.rules import disjoint_paths
+
+    rng = random.Random(seed)
+    fabric = _design(32, 4, 8, rails=4)
+    if seed % 3 == 0:
+        _damage(fabric, rng, crossed=12, missing=30, slow=10)
+    else:
+        _damage(fabric, rng, crossed=2, missing=2, slow=2, tiers={LEAF, SPINE})
+        _damage(fabric, rng, crossed=1, missing=3, slow=1, tiers={SPINE, "core"})
+    if seed % 3 == 2:  # one group keeps a few links to the cores: pairs across it are short in the middle
+        spines = [node for node in fabric.nodes_of(SPINE) if fabric.graph.nodes[node]["group"] == 1 + seed % 4]
+        upward = [fabric.cable_at((spine, port)) for spine in spines
+                  for port, (peer, _p) in sorted(fabric.ports_of(spine).items()) if fabric.kind(peer) == "core"]
+        for cable in rng.sample(upward, len(upward) - 3):
+            fabric.remove_cable(cable)
+    settled = [(v.switch, v.message) for v in disjoint_paths(fabric)]
+    reference = [(v.switch, v.message) for v in disjoint_paths(fabric, bounds=False)]
+    assert settled == reference
+    assert seed % 3 != 2 or any("the spine or core tier is short" in message for _leaf, message in reference)
+
+
+@pytest.mark.parametrize(("hosts", "per_su", "radix", "rails"), [(16, 4, 8, 8), (128, 32, 64, 8), (512, 32, 64, 8),
+                                                               (32, 4, 8, 4)])
+def test_the_plane_bound_settles_every_pair_of_an_intact_fabric(hosts: int, per_su: int, radix: int,
+                                                                 rails: int) -> None:
+    from topology.pathbound import PlaneBounds
+    from topology.rules import _switch_capacity_graph
+
+    fabric = _design(hosts, per_su, radix, rails)
+    graph = _switch_capacity_graph(fabric)
+    bounds = PlaneBounds(fabric, graph)
+    leaves = fabric.nodes_of(LEAF)
+    assert not any(bounds.unusual.values())
+    uplinks = {graph.degree(leaf, weight="capacity") for leaf in leaves}
+    assert len(uplinks) == 1, "every leaf of a design has the same uplinks"
+    assert {bounds.bound(a, b) for a in leaves for b in leaves if a != b} == uplinks
+
+
+def test_max_flows_on_one_residual_network_match_networkx() -> None:
+    import random
+
+    import networkx as nx
+
+    from topology.maxflow import ResidualNetwork
+
+    rng = random.Random(3)
+    graph = nx.gnm_random_graph(60, 240, seed=3)
+    for u, v in graph.edges:
+        graph[u][v]["capacity"] = float(rng.choice([100, 200, 400, 800]))
+    network = ResidualNetwork(graph)
+    for _ in range(40):
+        a, b = rng.sample(range(60), 2)
+        value = network.max_flow(a, b)
+        assert value == nx.maximum_flow_value(graph, a, b, capacity="capacity")
+        side = network.source_side(a)  # a minimum cut: its edges carry exactly the flow
+        assert a in side and b not in side
+        assert sum(data["capacity"] for u, v, data in graph.edges(data=True) if (u in side) != (v in side)) == value
+        network.reset()
+    assert not any(network.flow), "reset undoes every push"

@@ -9,8 +9,9 @@ or an as-built fabric whose switches were matched to the design by name.
 * ``even_uplinks``: each leaf's uplinks are spread evenly over the spines of its group, and only those;
 * ``non_blocking``: on every switch, uplink bandwidth >= downlink bandwidth / oversubscription;
 * ``disjoint_paths``: every two same-rail leaves are joined by as many edge-disjoint paths as a leaf has
-  uplinks, i.e. every host pair on a rail keeps the designed path diversity (all-pairs min cut, Gomory-Hu); a
-  leaf short of its own uplinks is named once, a pair only when the middle tiers are what limits it;
+  uplinks, i.e. every host pair on a rail keeps the designed path diversity (a per-plane lower bound settles
+  the intact pairs, exact min cuts the rest); a leaf short of its own uplinks is named once, a pair only when
+  the middle tiers are what limits it;
 * ``bisection``: the max flow between the two halves of the hosts equals half the hosts' injection bandwidth.
 """
 
@@ -21,10 +22,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import networkx as nx
-from networkx.algorithms.flow import build_residual_network, edmonds_karp
 
 from topology.design import LINK_RATES_GBPS
+from topology.maxflow import ResidualNetwork
 from topology.model import CORE, HCA, LEAF, SPINE, TIER_RANK, Fabric
+from topology.pathbound import PlaneBounds
 
 RULES = ("rail_alignment", "no_leaf_to_leaf", "even_uplinks", "non_blocking", "disjoint_paths", "bisection")
 
@@ -122,34 +124,38 @@ def non_blocking(fabric: Fabric, oversubscription: Fraction = Fraction(1)) -> li
 
 def _switch_capacity_graph(fabric: Fabric) -> nx.Graph:
     """Switches only, parallel cables summed into one capacity (Gb/s)."""
-    graph = nx.Graph()
+    kind = fabric.graph.nodes(data="kind")
+    summed: dict[tuple[str, str], float] = {}
     for a, b, data in fabric.graph.edges(data=True):
-        if HCA in (fabric.kind(a), fabric.kind(b)):
+        if kind[a] == HCA or kind[b] == HCA:
             continue
-        capacity = _gbps(data["rate"], data["width"]) if data["width"] else 0.0
-        if graph.has_edge(a, b):
-            graph[a][b]["capacity"] += capacity
-        else:
-            graph.add_edge(a, b, capacity=capacity)
+        key = (a, b) if a <= b else (b, a)
+        summed[key] = summed.get(key, 0.0) + (_gbps(data["rate"], data["width"]) if data["width"] else 0.0)
+    graph = nx.Graph()
+    graph.add_edges_from((a, b, {"capacity": capacity}) for (a, b), capacity in summed.items())
     return graph
 
 
-def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None) -> list[Violation]:
+def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None, *, bounds: bool = True) -> list[Violation]:
     """Same-rail leaves joined by fewer edge-disjoint paths than a leaf has uplinks, each named once.
 
-    Every same-rail pair's min cut comes from one flow-equivalent tree per rail over that rail's leaves alone
-    (:func:`flow_equivalent_tree`: a max flow per leaf, not per pair, nor per switch as a Gomory-Hu tree of the
-    whole graph would take). A leaf whose *own* uplinks fall short is reported once, for its own uplinks, not
-    again by every same-rail leaf that reaches it; a pair of leaves is reported for the middle tiers only when
-    their cut is smaller than both leaves' own uplinks.
+    A pair is settled by the per-plane lower bound of :mod:`topology.pathbound` when it reaches the pair's
+    threshold (the design, or the smaller of the two leaves' own uplinks): on an intact fabric every pair is.
+    The pairs it cannot settle get exact min cuts, one max flow each, or, when more pairs of a rail are
+    unsettled than it has leaves, from one flow-equivalent tree over the rail's leaves
+    (:func:`flow_equivalent_tree`: a max flow per leaf); every flow starts from the bound's routes.
+    ``bounds=False`` takes the tree, from scratch, for every rail: the reference the bound is tested against.
+    A leaf whose *own* uplinks fall short is reported once,
+    for its own uplinks, not again by every same-rail leaf that reaches it; a pair of leaves is reported for
+    the middle tiers only when their cut is smaller than both leaves' own uplinks.
     """
     leaves = fabric.nodes_of(LEAF)
     nodes = fabric.graph.nodes
     if len(leaves) < 2 or not fabric.nodes_of(SPINE):
         return []
     graph = _switch_capacity_graph(fabric)
-    rate = {data["rate"] for _a, _b, data in fabric.graph.edges(data=True)}
-    link = max((_gbps(r, 4) for r in rate), default=1.0) or 1.0
+    link = max((_gbps(rate, 4) for rate in {rate for _a, _b, rate in fabric.graph.edges(data="rate")}),
+               default=1.0) or 1.0
     # without the design's figure, the most common uplink count stands for it (a miswire must not redefine it)
     designed = designed_uplinks or Counter(
         sum(fabric.graph.number_of_edges(leaf, peer) for peer in fabric.graph.neighbors(leaf)
@@ -162,17 +168,19 @@ def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None) -> list[
     rails: dict[object, list[str]] = {}
     for leaf in sorted(own):
         rails.setdefault(nodes[leaf]["rail"], []).append(leaf)
-    residual = build_residual_network(graph, "capacity") if graph.number_of_edges() else None
+    plane_bounds = PlaneBounds(fabric, graph) if bounds else None
+    network = ResidualNetwork(graph) if graph.number_of_edges() else None
     pairs: list[Violation] = []
+    component_of: dict[str, int] = {}
+    for number, component in enumerate(nx.connected_components(graph)):
+        component_of.update(dict.fromkeys(component, number))
     for rail_leaves in rails.values():
-        for group in _connected_groups(graph, rail_leaves):
-            if len(group) < 2 or residual is None:
+        for group in _connected_groups(component_of, rail_leaves):
+            if len(group) < 2 or network is None:
                 continue
-            tree = flow_equivalent_tree(graph, group, residual)
-            if all(data["weight"] >= needed for _u, _v, data in tree.edges(data=True)):
-                continue
+            cuts = _unsettled_cuts(group, own, needed, network, plane_bounds)
             for leaf in group:
-                worst = _weakest_pair(tree, leaf, own, needed)
+                worst = _weakest_pair(cuts.get(leaf, {}), leaf, own, needed)
                 if worst is not None:
                     pairs.append(Violation("disjoint_paths", leaf, None,
                                            f"{leaf} reaches same-rail leaf {worst[0]} over {worst[1] / link:g} "
@@ -184,60 +192,80 @@ def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None) -> list[
     return found
 
 
-def flow_equivalent_tree(graph: nx.Graph, terminals: list[str], residual: nx.DiGraph | None = None) -> nx.Graph:
+def _unsettled_cuts(group: list[str], own: dict[str, float], needed: float, network: ResidualNetwork,
+                    plane_bounds: PlaneBounds | None) -> dict[str, dict[str, float]]:
+    """Min cuts of the pairs of ``group`` the bound could not settle, both ways round (all pairs without it)."""
+    unsettled = None if plane_bounds is None else [
+        (a, b) for index, a in enumerate(group) for b in group[index + 1:]
+        if plane_bounds.bound(a, b) < min(needed, own[a], own[b])]
+    cuts: dict[str, dict[str, float]] = {}
+    if unsettled is not None and len(unsettled) <= len(group) - 1:
+        for a, b in unsettled:
+            cuts.setdefault(a, {})[b] = cuts.setdefault(b, {})[a] = _max_flow(network, a, b, plane_bounds)
+            network.reset()
+        return cuts
+    tree = flow_equivalent_tree(network, group, plane_bounds)
+    wanted = None if unsettled is None else {frozenset(pair) for pair in unsettled}
+    for leaf in group:
+        for other, cut in _tree_cuts(tree, leaf).items():
+            if other != leaf and (wanted is None or frozenset((leaf, other)) in wanted):
+                cuts.setdefault(leaf, {})[other] = cut
+    return cuts
+
+
+def _max_flow(network: ResidualNetwork, source: str, target: str, plane_bounds: PlaneBounds | None) -> float:
+    """The bound's routes pushed first (when there is a bound), so the search only finds what they miss."""
+    pushed = 0.0
+    if plane_bounds is not None:
+        pushed = sum(network.push_path(path, amount) for path, amount in plane_bounds.routes(source, target))
+    return network.max_flow(source, target, start=pushed)
+
+
+def flow_equivalent_tree(graph: nx.Graph | ResidualNetwork, terminals: list[str],
+                         plane_bounds: PlaneBounds | None = None) -> nx.Graph:
     """Gusfield's flow-equivalent tree over ``terminals`` only: the min cut between any two of them is the
     lightest edge on their tree path, from ``len(terminals) - 1`` max flows in ``graph`` (edge ``capacity``).
 
     Flow-equivalent, not cut-equivalent (it gives the values, not the cuts), which is all a bound on
     disjoint paths needs; and over the terminals alone, where a Gomory-Hu tree takes a flow per node.
     """
-    residual = residual if residual is not None else build_residual_network(graph, "capacity")
+    network = graph if isinstance(graph, ResidualNetwork) else ResidualNetwork(graph)
     parent = dict.fromkeys(terminals[1:], terminals[0])
     tree = nx.Graph()
     tree.add_nodes_from(terminals)
     for index, source in enumerate(terminals[1:], start=1):
         target = parent[source]
-        flows = edmonds_karp(graph, source, target, capacity="capacity", residual=residual)
-        tree.add_edge(source, target, weight=flows.graph["flow_value"])
-        side = _source_side(flows, target)
+        tree.add_edge(source, target, weight=_max_flow(network, source, target, plane_bounds))
+        side = network.source_side(source)
+        network.reset()
         for later in terminals[index + 1:]:
             if later in side and parent[later] == target:
                 parent[later] = source
     return tree
 
 
-def _source_side(residual: nx.DiGraph, target: str) -> set[str]:
-    """The source side of a min cut: every node that cannot reach the target through unsaturated residual edges
-    (the largest source side; networkx's ``minimum_cut`` finds the same set by listing every saturated edge)."""
-    reaching, stack = {target}, [target]
-    while stack:
-        node = stack.pop()
-        for peer, edge in residual.pred[node].items():
-            if peer not in reaching and edge["flow"] < edge["capacity"]:
-                reaching.add(peer)
-                stack.append(peer)
-    return set(residual) - reaching
+def _tree_cuts(tree: nx.Graph, leaf: str) -> dict[str, float]:
+    """Every terminal's min cut from ``leaf``: the lightest edge on their tree path."""
+    bottleneck = {leaf: float("inf")}
+    for parent, child in nx.bfs_edges(tree, leaf):
+        bottleneck[child] = min(bottleneck[parent], tree[parent][child]["weight"])
+    return bottleneck
 
 
-def _connected_groups(graph: nx.Graph, members: list[str]) -> list[list[str]]:
-    """``members`` split by the connected component of ``graph`` they are in (a flow between components is 0)."""
-    component_of: dict[str, int] = {}
-    for number, component in enumerate(nx.connected_components(graph)):
-        component_of.update(dict.fromkeys(component, number))
+def _connected_groups(component_of: dict[str, int], members: list[str]) -> list[list[str]]:
+    """``members`` split by the connected component they are in (a flow between components is 0)."""
     groups: dict[int, list[str]] = {}
     for member in members:
         groups.setdefault(component_of[member], []).append(member)
     return list(groups.values())
 
 
-def _weakest_pair(tree: nx.Graph, leaf: str, own: dict[str, float], needed: float) -> tuple[str, float] | None:
-    """The leaf of the tree with the smallest min cut from ``leaf`` (the lightest edge on their tree path),
-    among those whose cut is below what both leaves' own uplinks allow and below the design."""
-    bottleneck = {leaf: float("inf")}
-    for parent, child in nx.bfs_edges(tree, leaf):
-        bottleneck[child] = min(bottleneck[parent], tree[parent][child]["weight"])
+def _weakest_pair(cuts: dict[str, float], leaf: str, own: dict[str, float],
+                  needed: float) -> tuple[str, float] | None:
+    """The partner with the smallest min cut from ``leaf``, among those whose cut is below what both leaves' own
+    uplinks allow and below the design (the first by name among equals)."""
     best: tuple[str, float] | None = None
-    for other, cut in sorted(bottleneck.items()):
+    for other, cut in sorted(cuts.items()):
         if other != leaf and cut < min(needed, own[leaf], own.get(other, 0.0)) and (best is None or cut < best[1]):
             best = (other, cut)
     return best

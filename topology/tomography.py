@@ -383,11 +383,7 @@ class Localizer:
         return test
 
     def _information(self, mass: float) -> float:
-        """Mutual information (bits) between a test's outcome and "the bad cable is inside", for inside-mass."""
-        def entropy(p: float) -> float:
-            return 0.0 if p <= 0 or p >= 1 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
-        fail = mass * (1 - self.false_pass) + (1 - mass) * self.false_fail
-        return entropy(fail) - mass * entropy(self.false_pass) - (1 - mass) * entropy(self.false_fail)
+        return outcome_information(mass, self.false_fail, self.false_pass)
 
     def _build(self, probabilities: list[float], cost: list[float], order: list[int], without: set[int]) -> Test:
         through = self._pool()
@@ -457,3 +453,20 @@ def localize(localizer: Localizer, run: Callable[[Test], bool], *, budget: int =
 def information_bound(links: int, bad: int) -> float:
     """log2 C(links, bad): the fewest binary tests that could tell every set of ``bad`` cables apart."""
     return (math.lgamma(links + 1) - math.lgamma(bad + 1) - math.lgamma(links - bad + 1)) / math.log(2)
+
+
+def _entropy(p: float) -> float:
+    return 0.0 if p <= 0 or p >= 1 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+def outcome_information(inside: float, false_fail: float, false_pass: float) -> float:
+    """Mutual information (bits) between a test's outcome and "a bad cable is inside", when ``inside`` is the
+    chance that one is."""
+    failing = inside * (1 - false_pass) + (1 - inside) * false_fail
+    return _entropy(failing) - inside * _entropy(false_pass) - (1 - inside) * _entropy(false_fail)
+
+
+def channel_capacity(false_fail: float, false_pass: float) -> float:
+    """Bits one pass/fail test can carry at most: the capacity of that binary channel, by scanning the chance
+    that a test holds a bad cable (the information is concave in it, so a fine grid is exact enough)."""
+    return max(outcome_information(step / 1000, false_fail, false_pass) for step in range(1, 1000))
