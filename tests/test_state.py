@@ -120,6 +120,23 @@ def test_read_only_open_creates_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "absent").exists()
 
 
+def test_read_only_commands_read_an_older_store_upgraded_in_memory(tmp_path: Path) -> None:
+    with StateStore(tmp_path, migrations=MIGRATIONS[:3]) as old:
+        old.record_cable("leaf-a/1 - spine-b/2", "finding", {"class": "degraded"}, run_id="r1")
+    before = (tmp_path / "state.db").read_bytes()
+    reader = StateStore.open_readonly(tmp_path)
+    assert reader is not None
+    with reader:
+        assert reader.schema_version == len(MIGRATIONS)
+        assert [row["kind"] for row in reader.cable_history("leaf-a/1 - spine-b/2")] == ["finding"]
+    assert (tmp_path / "state.db").read_bytes() == before, "the file is upgraded only by a mutating command"
+    newer = (*MIGRATIONS, "ALTER TABLE nodes ADD COLUMN rack TEXT")
+    with StateStore(tmp_path, migrations=newer):
+        pass
+    with pytest.raises(StoreError, match="newer release"):
+        StateStore.open_readonly(tmp_path)
+
+
 def test_garbage_instead_of_a_database(tmp_path: Path) -> None:
     directory = tmp_path / "state"
     directory.mkdir()

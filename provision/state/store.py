@@ -196,7 +196,9 @@ class StateStore:
     def open_readonly(cls, state_dir: Path) -> StateStore | None:
         """Open an existing store for reading only (``plan``, ``status``); ``None`` if there is none.
 
-        Read-only commands must not create folders, migrate schemas or take locks.
+        Read-only commands must not create folders, migrate schemas or take locks. A store an older release
+        wrote is read through a copy in memory, upgraded there: the file stays as it is until a mutating
+        command upgrades it, and ``plan`` and ``status`` still work the day after an upgrade.
         """
         path = state_dir / DB_NAME
         if not path.exists():
@@ -212,12 +214,16 @@ class StateStore:
             version = store.schema_version
         except sqlite3.DatabaseError as error:
             raise StoreError(f"{path}: not a usable state store ({error})") from None
-        if version != len(MIGRATIONS):
+        if version < len(MIGRATIONS):
+            upgraded = sqlite3.connect(":memory:", isolation_level=None)
+            store.db.backup(upgraded)
             store.db.close()
-            raise StoreError(
-                f"{path} has schema version {version}, this provision uses {len(MIGRATIONS)}; "
-                "a mutating command (provision apply) upgrades it"
-            )
+            store.db = upgraded
+        try:
+            store._migrate(MIGRATIONS)
+        except (StoreError, sqlite3.DatabaseError) as error:
+            store.db.close()
+            raise StoreError(str(error)) from None
         store.db.row_factory = sqlite3.Row
         return store
 
