@@ -65,39 +65,15 @@ class ResidualNetwork:
         before: dict[int, int] = {source: -1}  # node -> arc that reached it from the source side
         after: dict[int, int] = {target: -1}  # node -> arc that leaves it towards the target
         forward, backward = [source], [target]
-        capacity, flow, head, arcs_of = self.capacity, self.flow, self.head, self.arcs_of
         meet = -1
         while forward and backward and meet < 0:
             if len(forward) <= len(backward):
-                grown: list[int] = []
-                for node in forward:
-                    for arc in arcs_of[node]:
-                        other = head[arc]
-                        if other not in before and capacity[arc] - flow[arc] > EPSILON:
-                            before[other] = arc
-                            if other in after:
-                                meet = other
-                                break
-                            grown.append(other)
-                    if meet >= 0:
-                        break
-                forward = grown
+                forward, meet = self._grow(forward, before, after, inward=False)
             else:
-                grown = []
-                for node in backward:
-                    for arc in arcs_of[node]:
-                        other, inward = head[arc], arc ^ 1
-                        if other not in after and capacity[inward] - flow[inward] > EPSILON:
-                            after[other] = inward
-                            if other in before:
-                                meet = other
-                                break
-                            grown.append(other)
-                    if meet >= 0:
-                        break
-                backward = grown
+                backward, meet = self._grow(backward, after, before, inward=True)
         if meet < 0:
             return 0.0
+        head, capacity, flow = self.head, self.capacity, self.flow
         path: list[int] = []
         node = meet
         while before[node] >= 0:
@@ -111,6 +87,23 @@ class ResidualNetwork:
         for arc in path:
             self._push(arc, amount)
         return amount
+
+    def _grow(self, frontier: list[int], reached: dict[int, int], other_side: dict[int, int], *,
+              inward: bool) -> tuple[list[int], int]:
+        """One level of one side of the search: the next frontier, and the node where it met the other side
+        (-1 if it did not). The source side follows arcs out of a node; the target side (``inward``) the
+        reverse arcs, into it, and records those."""
+        capacity, flow, head = self.capacity, self.flow, self.head
+        grown: list[int] = []
+        for node in frontier:
+            for arc in self.arcs_of[node]:
+                other, step = head[arc], arc ^ 1 if inward else arc
+                if other not in reached and capacity[step] - flow[step] > EPSILON:
+                    reached[other] = step
+                    if other in other_side:
+                        return grown, other
+                    grown.append(other)
+        return grown, -1
 
     def max_flow(self, source: Hashable, target: Hashable, start: float = 0.0) -> float:
         """The maximum flow, counting ``start`` already pushed (by :meth:`push_path`) since the last reset."""

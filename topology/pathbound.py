@@ -36,7 +36,6 @@ class PlaneBounds:
 
     def __init__(self, fabric: Fabric, graph: nx.Graph) -> None:
         nodes = fabric.graph.nodes
-        self.graph = graph
         spines = [node for node in graph if nodes[node].get("kind") == SPINE]
         plane = {spine: nodes[spine].get("plane", spine) for spine in spines}
         self.middle: dict[Hashable, dict[Hashable, float]] = {
@@ -59,13 +58,14 @@ class PlaneBounds:
             self.spine_in[leaf] = chosen
         self.unit = unit_count.most_common(1)[0][0] if unit_count else 0.0
         self.planes = set(plane.values())
+        signature = {spine: frozenset(self.middle[spine].items()) for spine in spines}  # its cores, by capacity
         usual: dict[Hashable, Counter[frozenset]] = {}
         for spine in spines:
-            usual.setdefault(plane[spine], Counter())[frozenset(self.middle[spine].items())] += 1
+            usual.setdefault(plane[spine], Counter())[signature[spine]] += 1
         typical = {key: counts.most_common(1)[0][0] for key, counts in usual.items()}
         # two leaves usual in a plane meet at its one spine, or cross between two usual spines through M(s, t)
         alone = {key for key, counts in usual.items() if sum(counts.values()) == 1}
-        clean_spines = {spine for spine in spines if frozenset(self.middle[spine].items()) == typical[plane[spine]]
+        clean_spines = {spine for spine in spines if signature[spine] == typical[plane[spine]]
                         and (plane[spine] in alone
                              or sum(capacity for _core, capacity in typical[plane[spine]]) >= self.unit)}
         #: per leaf, the planes where its route is not the usual one (missing, slower, or via an unusual spine)

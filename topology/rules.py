@@ -145,9 +145,9 @@ def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None, *, bound
     unsettled than it has leaves, from one flow-equivalent tree over the rail's leaves
     (:func:`flow_equivalent_tree`: a max flow per leaf); every flow starts from the bound's routes.
     ``bounds=False`` takes the tree, from scratch, for every rail: the reference the bound is tested against.
-    A leaf whose *own* uplinks fall short is reported once,
-    for its own uplinks, not again by every same-rail leaf that reaches it; a pair of leaves is reported for
-    the middle tiers only when their cut is smaller than both leaves' own uplinks.
+    A leaf whose *own* uplinks fall short is reported once, for its own uplinks, not again by every same-rail
+    leaf that reaches it; a pair of leaves is reported for the middle tiers only when their cut is smaller than
+    both leaves' own uplinks.
     """
     leaves = fabric.nodes_of(LEAF)
     nodes = fabric.graph.nodes
