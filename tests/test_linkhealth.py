@@ -118,6 +118,27 @@ def test_tomography_finds_one_to_three_bad_cables_through_noise(seed):
     assert used <= 3 * tomography.information_bound(len(router.cables), len(bad))
 
 
+def test_a_test_never_sweeps_in_the_fabric_while_a_suspect_leads(worth=0.5):
+    """A cable outside the failing tests is only cleared if one cable is bad. Tests that filled up to half the mass
+    with such cables covered the whole fabric, failed on the second bad cable and cost a round its progress."""
+    router = tomography.Router(FABRIC)
+    swept = []
+    for seed in range(12):
+        rng = random.Random(seed)
+        bad = set(rng.sample(range(len(router.cables)), 2 + seed % 2))
+        localizer = tomography.Localizer(router, seed=seed, worth=worth)
+        for _ in range(120):
+            if localizer.done() and not localizer.prune():
+                break
+            leader = max(localizer.posterior()[0])
+            test = localizer.propose()
+            if leader >= 0.1 and len(test.cables) > len(router.cables) / 2:
+                swept.append((seed, leader, len(test.cables)))
+            localizer.record(test, bool(test.cables & bad))
+        assert set(localizer.found) == bad, seed
+    assert not swept, swept[:3]
+
+
 def test_noise_lowers_what_one_test_can_tell_to_the_binary_channel_capacity():
     assert tomography.channel_capacity(0.0, 0.0) == pytest.approx(1.0)
     # symmetric flips: 1 - H(p), the textbook binary symmetric channel

@@ -222,6 +222,8 @@ class Localizer:
     pool_per_hca: int = 6
     twins: dict[int, list[int]] = field(default_factory=dict)  # found cable -> cables no test can tell from it
     min_flows: int = 3
+    #: A flow joins a test only if its new cables hold at least this share of their cost (see propose).
+    worth: float = 0.5
     #: Flows a test may use (the burn-in's own HCAs only, say); None: any pair of HCAs of the fabric.
     allowed: Callable[[Flow], bool] | None = None
 
@@ -404,7 +406,14 @@ class Localizer:
                     continue
                 extra = sum(cost[other] for other in cables if other not in covered and other != cable)
                 fits = not flows or probabilities[cable] + extra <= room * 1.5 + 1e-12  # the heaviest always goes in
-                if fits and extra < best_extra:
+                # A flow whose new cables carry less mass than they cost is left out: they were "cleared" only
+                # because some other test failed, which is no clearance when more than one cable may be bad.
+                # Without this, a test one heavy suspect short of half the mass sweeps in every other cable of
+                # the fabric, fails on the next bad cable, and undoes what the round had learnt.
+                new = [other for other in cables if other not in covered]
+                useful = not flows or sum(probabilities[other] for other in new) >= self.worth * sum(
+                    cost[other] for other in new)
+                if fits and useful and extra < best_extra:
                     best, best_extra = (flow, cables), extra
             if best is None:
                 continue
