@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from provision.fabric import design_fabric
+from provision.ib_fabric import design_fabric
 from provision.sim import cluster
 from provision.spec import load_spec
 

@@ -23,7 +23,8 @@ import sys
 import time
 
 from bench.fabrics import reference_fabric
-from topology.tomography import Localizer, Router, channel_capacity, information_bound, localize
+from topology.routes import Router
+from topology.tomography import Localizer, channel_capacity, information_bound, localize
 
 NOISE = 0.02
 FLAP_CAUGHT = 0.9

@@ -13,25 +13,26 @@ import json
 import random
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
-from provision import ansible, hostlist, inventory
-from provision.burnin.phase import BurninPhase, SystemicFailure
+from provision import ansible, inventory
+from provision.burnin.phase import BurninPhase
+from provision.errors import UsageProblem
+from provision.phases import Phase, PhaseContext, PhaseReport, SystemicFailure
+from provision.run_context import SpecIdentity, mutating_run
 from provision.runs import RunRecord
 from provision.secrets import resolve as resolve_secret
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
-from provision.state import ClusterLock, NodeState, StateStore
+from provision.state import NodeState, StateStore
 from provision.state.store import Registration
+from topology import hostlist
 
 STATE_DIR_NAME = ".provision"
 
-
-class UsageProblem(ValueError):
-    """The command line asks for something the spec cannot give (unknown host, phase)."""
+__all__ = ["PHASES", "ApplyResult", "Phase", "PhaseContext", "PhaseReport", "UsageProblem", "apply", "plan"]
 
 
 def default_state_dir(spec_path: Path, cluster_name: str) -> Path:
@@ -48,35 +49,6 @@ def find_state_dir(start: Path) -> Path:
         raise UsageProblem(f"no cluster state under {start / STATE_DIR_NAME}; give the spec file or --state-dir")
     names = ", ".join(path.name for path in candidates)
     raise UsageProblem(f"several clusters under {start / STATE_DIR_NAME} ({names}); give the spec file or --state-dir")
-
-
-@dataclass
-class PhaseContext:
-    loaded: LoadedSpec
-    store: StateStore
-    run: RunRecord
-    targets: list[ResolvedNode]
-    advance: Callable[[int], None] = lambda steps: None
-    forks: int = 8
-    secrets: dict[str, str] = field(default_factory=dict)  # never logged, stored or written to the run
-    retest_quarantined: bool = False  # burn-in takes quarantined nodes back (``provision burnin``)
-
-
-@dataclass
-class PhaseReport:
-    name: str
-    summary: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-class Phase(Protocol):
-    name: str
-    description: str
-
-    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
-             forks: int) -> PhaseReport: ...
-
-    def run(self, context: PhaseContext) -> PhaseReport: ...
 
 
 class RegisterPhase:
@@ -166,11 +138,16 @@ class ProvisionPhase:
         if state_dir is None or (loaded.spec.simulation is not None and sim_cluster.read_manifest(state_dir) is None):
             return PhaseReport(self.name, f"would converge {len(targets)} host(s) (nothing known about them "
                                "yet: run apply)", {"hosts": [node.name for node in targets]})
+        hosts = self._hosts(targets, store)
+        unbuilt: list[str] = []
+        if loaded.spec.simulation is not None:  # plan writes nothing: a host not built yet is not built by it
+            unbuilt = [host for host in hosts if not sim_cluster.is_built(state_dir, host)]
+            hosts = [host for host in hosts if host not in unbuilt]
+        if not hosts:
+            return PhaseReport(self.name, f"would converge {len(unbuilt)} host(s) (not built yet: run apply)",
+                               {"hosts": unbuilt})
         with tempfile.TemporaryDirectory() as scratch:
             path = inventory.write(loaded, state_dir, Path(scratch) / "inventory.yml")
-            hosts = self._hosts(targets, store)
-            if loaded.spec.simulation is not None:
-                sim_cluster.materialize(state_dir, hosts)
             result = ansible.run_playbook(path, hosts, check=True, forks=forks)
         changes = {host: outcome.changes for host, outcome in result.hosts.items() if outcome.changes}
         failures = {host: f"{outcome.failed_task}: {outcome.message}" for host, outcome in result.hosts.items()
@@ -270,62 +247,45 @@ def apply(
     limit: str | None = None,
     phases: str | None = None,
     wait_lock_s: float = 0.0,
-    on_run_created: Callable[[RunRecord], None] = lambda run: None,
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
     forks: int | None = None,
     command: str = "apply",
     retest_quarantined: bool = False,
 ) -> ApplyResult:
-    """Run the selected phases against the spec under the cluster lock (``command`` names the run)."""
+    """Run the selected phases against the spec inside one mutating run (``command`` names the run)."""
     chosen = select_phases(phases)
     targets = select_targets(loaded, limit)
     secrets = _secrets_for(loaded, chosen)  # before anything changes: a missing secret is a usage error
-    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with ClusterLock(state_dir, command, wait_s=wait_lock_s), StateStore(state_dir) as store:
-        abandoned = store.close_abandoned_runs()
-        run = RunRecord(state_dir / "runs", command, argv)
-        on_run_created(run)
+    identity = SpecIdentity(loaded.path.resolve(), loaded.sha256)
+    with mutating_run(state_dir, command, argv, spec=identity, wait_lock_s=wait_lock_s) as active:
+        run, store = active.record, active.store
         seed = random.SystemRandom().randrange(2**31)
         sim_seed = loaded.spec.simulation.seed if loaded.spec.simulation else None
         run.describe_spec(loaded.path, loaded.sha256, hosts=[node.name for node in targets],
                           rank_order=[node.name for node in targets],
                           seeds={"run": seed, **({"simulation": sim_seed} if sim_seed is not None else {})})
         run.note("phases", [phase.name for phase in chosen])
-        if abandoned:
-            run.event("runs.interrupted_before", run_ids=abandoned)
-        store.start_run(run.id, command, run.path, loaded.path.resolve(), loaded.sha256)
-        try:
-            reports, stopped = [], ""
-            for phase in chosen:
-                run.event("phase.started", phase=phase.name)
-                advance = progress(phase.description, len(targets)) if progress else (lambda steps: None)
-                context = PhaseContext(loaded, store, run, targets, advance, forks or loaded.spec.connection.forks,
-                                       secrets, retest_quarantined)
-                try:
-                    report = phase.run(context)
-                except SystemicFailure as failure:
-                    stopped = str(failure)
-                    reports.append(PhaseReport(phase.name, f"stopped: {failure}", {"stopped": True}))
-                    run.event("phase.stopped", phase=phase.name, reason=stopped)
-                    break
-                run.event("phase.finished", phase=phase.name, summary=report.summary)
-                reports.append(report)
-            target_names = {node.name for node in targets}
-            quarantined = [record.name for record in store.nodes()
-                           if record.name in target_names and record.state is NodeState.QUARANTINED]
-            result = ApplyResult(run, reports, targets, quarantined, stopped)
-            status = "problems-found" if result.exit_code else "succeeded"
-            store.finish_run(run.id, status, result.exit_code)
-            run.finish(status, result.exit_code)
-            return result
-        except KeyboardInterrupt:
-            store.finish_run(run.id, "interrupted", 130)
-            run.finish("interrupted", 130)
-            raise
-        except BaseException:
-            store.finish_run(run.id, "failed", 3)
-            run.finish("failed", 3)
-            raise
+        reports, stopped = [], ""
+        for phase in chosen:
+            run.event("phase.started", phase=phase.name)
+            advance = progress(phase.description, len(targets)) if progress else (lambda steps: None)
+            context = PhaseContext(loaded, store, run, targets, advance, forks or loaded.spec.connection.forks,
+                                   secrets, retest_quarantined)
+            try:
+                report = phase.run(context)
+            except SystemicFailure as failure:
+                stopped = str(failure)
+                reports.append(PhaseReport(phase.name, f"stopped: {failure}", {"stopped": True}))
+                run.event("phase.stopped", phase=phase.name, reason=stopped)
+                break
+            run.event("phase.finished", phase=phase.name, summary=report.summary)
+            reports.append(report)
+        target_names = {node.name for node in targets}
+        quarantined = [record.name for record in store.nodes()
+                       if record.name in target_names and record.state is NodeState.QUARANTINED]
+        result = ApplyResult(run, reports, targets, quarantined, stopped)
+        active.conclude(result.exit_code)
+    return result
 
 
 def _secrets_for(loaded: LoadedSpec, chosen: list[Phase]) -> dict[str, str]:

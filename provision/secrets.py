@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from provision.errors import Refusal
 from provision.spec.model import SecretRef
 
 
-class SecretUnavailable(ValueError):
+class SecretUnavailable(Refusal, ValueError):
     pass
 
 

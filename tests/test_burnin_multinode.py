@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.sim.faults import CATALOG
+from provision.spec.faults import CATALOG
 from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 FAULTS = [

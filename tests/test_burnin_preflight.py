@@ -15,9 +15,9 @@ from provision.burnin.node_checks import check_node
 from provision.checks import preflight
 from provision.checks.outcome import Outcome
 from provision.sim import cluster
-from provision.sim.faults import CATALOG
 from provision.sim.host import inject_now
 from provision.spec import load_spec
+from provision.spec.faults import CATALOG
 from tests.conftest import run_cli
 from tests.simhelpers import write_spec
 

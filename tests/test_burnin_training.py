@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from provision.burnin.training import step_time_shape
-from provision.sim.faults import CATALOG
+from provision.spec.faults import CATALOG
 from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 SLOWDOWN = {"kind": "step_slowdown", "node": "sim02", "params": {"local_rank": 1, "period": 4}}

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provision.hostlist import HostlistError, compress, expand
+from topology.hostlist import HostlistError, compress, expand
 
 # Expectations written from Slurm's documented behaviour of
 # `scontrol show hostnames` / `scontrol show hostlist`.

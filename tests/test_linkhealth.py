@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from topology import linkhealth, tomography
+from topology import linkhealth, routes, tomography
 from topology.design import FabricParameters, dimension
 from topology.fattree import HostRails, build_design
 from topology.model import HCA, Fabric
@@ -86,7 +86,7 @@ def test_counter_deltas_flap_and_error_classes():
 
 
 def test_dmodk_paths_connect_their_ends_and_aimed_flows_cross_their_cable():
-    router = tomography.Router(FABRIC)
+    router = routes.Router(FABRIC)
     rng = random.Random(1)
     for _ in range(200):
         source, target = rng.sample(router.hcas, 2)
@@ -104,7 +104,7 @@ def test_dmodk_paths_connect_their_ends_and_aimed_flows_cross_their_cable():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_tomography_finds_one_to_three_bad_cables_through_noise(seed):
-    router = tomography.Router(FABRIC)
+    router = routes.Router(FABRIC)
     rng = random.Random(seed)
     bad = set(rng.sample(range(len(router.cables)), 1 + seed % 3))
 
@@ -121,7 +121,7 @@ def test_tomography_finds_one_to_three_bad_cables_through_noise(seed):
 def test_a_test_never_sweeps_in_the_fabric_while_a_suspect_leads(worth=0.5):
     """A cable outside the failing tests is only cleared if one cable is bad. Tests that filled up to half the mass
     with such cables covered the whole fabric, failed on the second bad cable and cost a round its progress."""
-    router = tomography.Router(FABRIC)
+    router = routes.Router(FABRIC)
     swept = []
     for seed in range(12):
         rng = random.Random(seed)
@@ -149,7 +149,7 @@ def test_noise_lowers_what_one_test_can_tell_to_the_binary_channel_capacity():
 
 
 def test_ecmp_routing_reports_cables_no_test_can_tell_apart():
-    router = tomography.Router(FABRIC)
+    router = routes.Router(FABRIC)
     leaf = next(node for node in FABRIC.graph.nodes if FABRIC.graph.nodes[node]["kind"] == "leaf")
     uplinks = [cable for cable, _other in router.up[leaf]]
     bad = {uplinks[0]}

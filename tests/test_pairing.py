@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from provision.burnin.pairs import Measurement, read_outcome
-from provision.fabric import design_fabric
+from provision.ib_fabric import design_fabric
 from provision.spec import load_spec
 from tests.simhelpers import write_spec
 from topology import pairing
 from topology.model import CORE, SPINE
-from topology.tomography import Router
+from topology.routes import Router
 
 
 def _rails(tmp_path: Path, hosts: str) -> tuple[Router, dict[str, list[str]]]:

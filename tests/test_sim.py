@@ -14,7 +14,7 @@ from provision.facts.kernel_log import find_xids, parse_kernel_log
 from provision.facts.lspci import parse_lspci_verbose
 from provision.facts.nvidia_smi import parse_nvlink_status, parse_query_csv, parse_query_report
 from provision.facts.packages import parse_dpkg_status, parse_proc_modules
-from provision.sim.faults import CATALOG
+from provision.spec.faults import CATALOG
 from tests.conftest import run_cli
 from tests.simhelpers import SimHost, bring_up, write_spec
 
@@ -395,10 +395,10 @@ def test_ib_write_bw_with_gpudirect_needs_registered_peermem(tmp_path: Path) -> 
 
 
 def test_link_quality_lists_exactly_the_flows_whose_route_crosses_a_degraded_cable(tmp_path: Path) -> None:
-    from provision.fabric import design_fabric
+    from provision.ib_fabric import design_fabric
     from provision.sim.linkquality import flow_factors
     from provision.spec import load_spec
-    from topology.tomography import Router
+    from topology.routes import Router
 
     degraded = {"leaf-su02-r1/6": 0.5, "spine-g03-02/6": 0.4, "leaf-su01-r2/3": 0.6}  # leaf-spine, spine-core, host
     state, _ = bring_up(tmp_path, [{"kind": "degraded_link", "target": target, "params": {"factor": factor}}

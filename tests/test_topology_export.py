@@ -5,10 +5,10 @@ from __future__ import annotations
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from provision.hostlist import expand
 from provision.spec import load_spec
 from tests.conftest import EXAMPLES, run_cli
 from tests.simhelpers import write_spec
+from topology.hostlist import expand
 
 
 def _parse_topology(text: str) -> dict[str, dict[str, list[str]]]:

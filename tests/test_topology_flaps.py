@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from provision.fabric import design_fabric
-from provision.linkhealth import cable_key
+from provision.cable_health import cable_key
+from provision.ib_fabric import design_fabric
 from provision.spec import load_spec
 from tests.conftest import run_cli
 from tests.simhelpers import write_spec
-from topology import tomography
+from topology import routes, tomography
 
 FLAPPING = "leaf-su01-r2/5"
 
@@ -90,7 +90,7 @@ def test_bad_evidence_is_counted_not_fatal_and_bad_results_are_located(cluster, 
 def test_tomography_over_results_names_a_degraded_cable_no_event_mentions(cluster, tmp_path):
     spec, state = cluster
     fabric = design_fabric(load_spec(spec))
-    router = tomography.Router(fabric)
+    router = routes.Router(fabric)
     rng = random.Random(5)
     bad = next(number for number, cable in enumerate(router.cables) if cable.a[0].startswith("spine"))
     localizer = tomography.Localizer(router, seed=5)

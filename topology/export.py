@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from html import escape
 
-from provision.hostlist import compress
+from topology.hostlist import compress
 from topology.model import CORE, HCA, LEAF, SPINE, Fabric
 
 

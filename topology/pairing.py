@@ -20,7 +20,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from topology.tomography import Flow, Router
+from topology.routes import Flow, Router
 
 #: Above this many hosts the candidate pairs are sampled (each host with this many partners), not all n²/2.
 ALL_PAIRS_UP_TO = 256

@@ -1,4 +1,6 @@
-"""Routes through the fabric: hop distances, up*/down* shortest paths with ECMP multiplicity, pairings.
+"""Routes through the fabric, the one routing module: the subnet manager's D-mod-K up*/down* paths as cable
+indexes (:class:`Router`, what the pair tests, the tomography, the simulator and rechecks route by), and
+adaptive routing's shortest up*/down* paths with ECMP multiplicity (:func:`route`), hop distances, pairings.
 
 Adaptive routing may use any shortest up*/down* path, so a test between two
 HCAs exercises all of them; what the burn-in and the link tomography need is
@@ -9,12 +11,16 @@ DAG gives both without enumerating paths, which can number in the thousands.
 
 from __future__ import annotations
 
+import random
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import networkx as nx
 
-from topology.model import TIER_RANK, Fabric
+from topology.model import HCA, LEAF, TIER_RANK, Cable, Fabric
+
+Flow = tuple[str, str]  # (source HCA node, destination HCA node)
 
 
 @dataclass(frozen=True)
@@ -101,3 +107,155 @@ def pairings_by_distance(hosts: list[str], distance: dict[str, dict[str, int]], 
         if pairs:
             rounds.append(pairs)
     return rounds
+
+
+class Router:
+    """Routes of a fat tree as cable indexes, for both routing models."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self.cables: list[Cable] = list(fabric.cables())
+        self.index = {cable: number for number, cable in enumerate(self.cables)}
+        graph = fabric.graph
+        rank = {node: TIER_RANK.get(data.get("kind", ""), 0) for node, data in graph.nodes(data=True)}
+        self.hcas = sorted(node for node, data in graph.nodes(data=True) if data.get("kind") == HCA)
+        self.up: dict[str, list[tuple[int, str]]] = {}
+        self.down: dict[str, list[tuple[int, str]]] = {}
+        for node in graph.nodes:
+            ups: list[tuple[int, int, str]] = []
+            downs: list[tuple[int, int, str]] = []
+            for _a, other, data in graph.edges(node, data=True):
+                cable: Cable = data["cable"]
+                mine = cable.a if cable.a[0] == node else cable.b
+                entry = (mine[1], self.index[cable], other)
+                (ups if rank[other] > rank[node] else downs).append(entry)
+            self.up[node] = [(cable, other) for _port, cable, other in sorted(ups)]
+            self.down[node] = [(cable, other) for _port, cable, other in sorted(downs)]
+        self.leaf_of: dict[str, str] = {hca: self.up[hca][0][1] for hca in self.hcas if self.up[hca]}
+        # destinations numbered leaf by leaf, in leaf-port order, as the SM's fat-tree routing numbers them:
+        # then "d mod K" spreads one leaf's hosts over all of a switch's uplinks
+        leaf_port = {hca: self.cables[self.up[hca][0][0]].other((hca, 1))[1] for hca in self.leaf_of}
+        ordered = sorted(self.leaf_of, key=lambda hca: (self.leaf_of[hca], leaf_port[hca]))
+        self.number = {hca: position for position, hca in enumerate(ordered)}
+        self.rank = rank
+        self.hcas_on: dict[str, list[str]] = {}
+        for hca in ordered:
+            self.hcas_on.setdefault(self.leaf_of[hca], []).append(hca)
+        # destinations by their first two up-choices, to aim flows at a given uplink (see aimed_flows)
+        leaves = [node for node in graph.nodes if rank[node] == 1]
+        spines = [node for node in graph.nodes if rank[node] == 2]
+        self._k1 = len(self.up[leaves[0]]) if leaves else 0
+        self._k2 = len(self.up[spines[0]]) if spines else 0
+        self._by_digits: dict[tuple[int, ...], list[str]] = {}
+        for hca, d in self.number.items():
+            if self._k1:
+                self._by_digits.setdefault((d % self._k1,), []).append(hca)
+                if self._k2:
+                    self._by_digits.setdefault((d % self._k1, (d // self._k1) % self._k2), []).append(hca)
+        self.leaves_below: dict[str, frozenset[str]] = {}
+        for node in sorted(graph.nodes, key=lambda name: rank[name]):
+            if fabric.kind(node) == LEAF:
+                self.leaves_below[node] = frozenset((node,))
+            elif rank[node] > 1:
+                below: set[str] = set()
+                for _cable, child in self.down[node]:
+                    below |= self.leaves_below.get(child, frozenset())
+                self.leaves_below[node] = frozenset(below)
+
+    def path(self, source: str, target: str) -> list[int]:
+        """The single D-mod-K path from one HCA to another, as cable indexes."""
+        d = self.number[target]
+        target_leaf = self.leaf_of[target]
+        first_cable, node = self.up[source][0]
+        cables = [first_cable]
+        below = 1
+        while target_leaf not in self.leaves_below.get(node, ()):
+            ups = self.up[node]
+            cable, node = ups[(d // below) % len(ups)]
+            below *= len(ups)
+            cables.append(cable)
+        while node != target_leaf:
+            choices = [(cable, child) for cable, child in self.down[node]
+                       if target_leaf in self.leaves_below.get(child, ())]
+            cable, node = choices[d % len(choices)]
+            cables.append(cable)
+        cables.append(self.up[target][0][0])
+        return cables
+
+    def aimed_flows(self, cable: int, rng: random.Random, count: int, tries: int = 40,
+                    allowed: Callable[[Flow], bool] | None = None) -> list[Flow]:
+        """Up to ``count`` flows whose D-mod-K path climbs through ``cable``.
+
+        Inverts the routing: the uplink a switch picks is a digit of the destination's number, so the
+        destinations that climb through a given uplink are looked up, not searched for.
+        """
+        ends = self.cables[cable].a[0], self.cables[cable].b[0]
+        lower = min(ends, key=lambda node: self.rank[node])
+        level = self.rank[lower]
+        sources: list[str] = []
+        targets: list[str] = []
+        below: frozenset[str] = frozenset()
+        if level == 0:
+            sources, targets = [lower], self.hcas
+        elif level == 1:
+            position = [index for index, (up_cable, _other) in enumerate(self.up[lower]) if up_cable == cable]
+            sources, targets, below = self.hcas_on.get(lower, []), self._by_digits.get((position[0],), []), \
+                frozenset((lower,))
+        elif level == 2 and self.leaves_below.get(lower):
+            position = [index for index, (up_cable, _other) in enumerate(self.up[lower]) if up_cable == cable]
+            below = self.leaves_below[lower]
+            leaf = rng.choice(sorted(below))
+            climbs = [index for index, (_cable, other) in enumerate(self.up[leaf]) if other == lower]
+            if climbs:
+                sources = self.hcas_on.get(leaf, [])
+                targets = self._by_digits.get((rng.choice(climbs), position[0]), [])
+        flows: list[Flow] = []
+        for _ in range(tries if sources and targets else 0):
+            source, target = rng.choice(sources), rng.choice(targets)
+            if target != source and self.leaf_of[target] not in below and cable in self.path(source, target) \
+                    and (allowed is None or allowed((source, target))):
+                flows.append((source, target))
+                if len(flows) >= count:
+                    break
+        return flows
+
+    def ecmp_cables(self, source: str, target: str) -> list[int]:
+        """Every cable on any shortest up*/down* path (adaptive routing may use each of them)."""
+        source_leaf, target_leaf = self.leaf_of[source], self.leaf_of[target]
+        found = {self.up[source][0][0], self.up[target][0][0]}
+        if source_leaf == target_leaf:
+            return sorted(found)
+        level, tops = {source_leaf}, set[str]()
+        climbed: list[set[str]] = [level]
+        while not tops:
+            tops = {node for node in level if target_leaf in self.leaves_below.get(node, ())}
+            if tops:
+                break
+            level = {other for node in level for _cable, other in self.up[node]}
+            climbed.append(level)
+        wanted = tops
+        for layer in reversed(climbed[:-1]):  # up-cables from the layer below that lead into wanted tops
+            reached = set()
+            for node in layer:
+                for cable, other in self.up[node]:
+                    if other in wanted:
+                        found.add(cable)
+                        reached.add(node)
+            wanted = reached
+        frontier = tops
+        while frontier and target_leaf not in frontier:
+            following = set()
+            for node in frontier:
+                for cable, child in self.down[node]:
+                    if target_leaf in self.leaves_below.get(child, ()):
+                        found.add(cable)
+                        following.add(child)
+            frontier = following
+        return sorted(found)
+
+    def cables_of(self, flows: Iterable[Flow], routing: str = "dmodk") -> frozenset[int]:
+        route = self.path if routing == "dmodk" else self.ecmp_cables
+        covered: set[int] = set()
+        for source, target in flows:
+            covered.update(route(source, target))
+        return frozenset(covered)

@@ -26,15 +26,15 @@ from typing import Any
 from fabric_tests.protocol import parse
 from provision.burnin.launch import free_port
 from provision.burnin.verdict import NodeVerdict, judge
+from provision.cable_health import cable_key
 from provision.checks.outcome import CheckResult, Outcome
-from provision.fabric import design_fabric
 from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
-from provision.linkhealth import cable_key
+from provision.ib_fabric import design_fabric
 from provision.observe import open_session
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds
-from topology import pairing, tomography
+from topology import pairing, routes, tomography
 from topology.model import Cable, Fabric
 
 ROUND_DEADLINE_S = 120.0
@@ -211,7 +211,7 @@ def pack_rounds(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     return [chosen for _busy, chosen in rounds]
 
 
-def _routed(router: tomography.Router, measurements: list[Measurement]) -> list[Measurement]:
+def _routed(router: routes.Router, measurements: list[Measurement]) -> list[Measurement]:
     """Each measurement that tested the path (not one a host's own failure stopped) with its routes' cables."""
     for measurement in measurements:
         if measurement.at_fault is None:
@@ -231,7 +231,7 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
         return PairsReport([judge(loaded.spec.admission, node.name, "pairs", [CheckResult(
             "pair_bandwidth", Outcome.SILENCED, "a single node has no partner for pair tests")]) for node in nodes])
     fabric = design_fabric(loaded)
-    router = tomography.Router(fabric)
+    router = routes.Router(fabric)
     runner = PairRunner(loaded, nodes, state_dir, seed=seed)
     plan = pairing.schedule(router, runner.rails, seed=seed)
     measurements: list[Measurement] = []
@@ -302,7 +302,7 @@ def _settled(localizer: tomography.Localizer, measurements: list[Measurement]) -
     return implicated <= cleared | named
 
 
-def _explained(measurement: Measurement, router: tomography.Router, suspects: list[tomography.Suspect]) -> bool:
+def _explained(measurement: Measurement, router: routes.Router, suspects: list[tomography.Suspect]) -> bool:
     return any(router.index[cable] in measurement.cables for suspect in suspects
                for cable in (suspect.cable, *suspect.indistinguishable))
 
@@ -314,7 +314,7 @@ def _host_of(cable: Cable, fabric: Fabric) -> str | None:
 
 
 def _verdicts(loaded: LoadedSpec, nodes: list[ResolvedNode], measurements: list[Measurement],
-              suspects: list[tomography.Suspect], router: tomography.Router) -> PairsReport:
+              suspects: list[tomography.Suspect], router: routes.Router) -> PairsReport:
     checks: dict[str, list[CheckResult]] = {node.name: [] for node in nodes}
     for measurement in measurements:
         if measurement.at_fault in checks:

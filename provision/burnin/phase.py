@@ -19,37 +19,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from provision import hostlist
 from provision.burnin import multinode, pairs, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import run_preflight
 from provision.burnin.verdict import NodeVerdict
+from provision.phases import PhaseContext, PhaseReport, SystemicFailure
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.state import NodeState, StateStore
+from topology import hostlist
 
-StageRunner = Callable[[Any, list[ResolvedNode]], list[NodeVerdict]]
+StageRunner = Callable[[PhaseContext, list[ResolvedNode]], list[NodeVerdict]]
 
 
-def _preflight(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+def _preflight(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     return run_preflight(context.loaded, nodes, context.store.state_dir, context.forks,
                          on_node=lambda verdict: context.advance(1))
 
 
-def _seed(context: Any) -> int:
+def _seed(context: PhaseContext) -> int:
     return run_seed(context.run.id)
 
 
-def _node(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+def _node(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     verdicts = multinode.run_node_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
                                         evidence_dir=context.run.path / "workers")
     context.advance(len(nodes))
     return verdicts
 
 
-def _pairs(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+def _pairs(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     if context.loaded.fabric is None:
         raise SystemicFailure("the pairs stage routes its tests through the fabric design: the spec has none")
     report = pairs.run_pairs_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
@@ -68,7 +68,7 @@ def _pairs(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     return report.verdicts
 
 
-def _collectives(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+def _collectives(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     try:
         verdicts = multinode.run_collectives_stage(context.loaded, nodes, context.store.state_dir,
                                                    port=free_port(_seed(context)),
@@ -79,7 +79,7 @@ def _collectives(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     return verdicts
 
 
-def _training(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+def _training(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     verdicts = training.run_training_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
                                            port=free_port(_seed(context) + 1), run_id=context.run.id,
                                            evidence_dir=context.run.path / "workers")
@@ -87,13 +87,9 @@ def _training(context: Any, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     return verdicts
 
 
-#: Stage name -> runner; the spec's stage names (``provision.spec.catalog.BURNIN_STAGES``) are all here.
+#: Stage name -> runner; the spec's stage names (``provision.spec.model.BURNIN_STAGES``) are all here.
 STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "pairs": _pairs,
                                   "collectives": _collectives, "training": _training}
-
-
-class SystemicFailure(RuntimeError):
-    """Too many nodes failed one stage for the cause to be the nodes."""
 
 
 def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: Sequence[str], *,
@@ -123,9 +119,8 @@ class BurninPhase:
     name = "burnin"
     description = "burn in and admit"
 
-    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode], forks: int):
-        from provision.pipeline import PhaseReport
-
+    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+             forks: int) -> PhaseReport:
         stages = list(loaded.spec.burnin.stages)
         taken, skipped = eligible(store, targets, stages, retest_quarantined=False)
         if not taken:
@@ -134,9 +129,7 @@ class BurninPhase:
         summary = f"would burn in {len(taken)} node(s) through {', '.join(stages)}: {names}"
         return PhaseReport(self.name, summary, {"nodes": [node.name for node in taken]})
 
-    def run(self, context: Any):
-        from provision.pipeline import PhaseReport
-
+    def run(self, context: PhaseContext) -> PhaseReport:
         loaded, store, run = context.loaded, context.store, context.run
         stages = list(loaded.spec.burnin.stages)
         taken, skipped = eligible(store, context.targets, stages, retest_quarantined=context.retest_quarantined)
@@ -200,7 +193,7 @@ class BurninPhase:
                                                 "skipped": skipped, "campaign": campaign, "resumed": resumed,
                                                 "fabric_findings": cables})
 
-    def _entry_points(self, store: StateStore, campaign: str, taken: list[ResolvedNode], stages: list[str],
+    def _entry_points(self, store: StateStore, campaign: str, taken: list[ResolvedNode], stages: Sequence[str],
                       passed: dict[str, set[str]], run_id: str) -> dict[str, int]:
         """Index of the first stage each node runs; quarantined nodes re-enter at the stage they failed."""
         start = {}
@@ -216,7 +209,7 @@ class BurninPhase:
                 passed.setdefault(node.name, set()).update(carried)
         return start
 
-    def _record(self, context: Any, stage: str, verdicts: list[NodeVerdict]) -> None:
+    def _record(self, context: PhaseContext, stage: str, verdicts: list[NodeVerdict]) -> None:
         rows = []
         for verdict in verdicts:
             for result in verdict.results:

@@ -12,13 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from provision.catalog import GPU_MODELS
 from provision.checks import kernel_allowlist
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, system
 from provision.facts.packages import parse_proc_modules
 from provision.observe import CommandResult, HostSession
 from provision.spec import LoadedSpec
-from provision.spec.catalog import GPU_MODELS
 from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds
 

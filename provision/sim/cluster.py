@@ -19,23 +19,25 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from provision.errors import Refusal
+from provision.hostmodel.devices import describe
 from provision.sim import kernel_log
 from provision.sim.fabric import CABLE_FAULTS, write_dump, write_link_quality
-from provision.sim.faults import CATALOG, resolve_params
 from provision.sim.files import clone_tree
-from provision.sim.hardware import describe
-from provision.sim.host import ensure_host, read_recipe, write_recipe
+from provision.sim.host import ensure_host, is_host_built, read_recipe, write_recipe
 from provision.sim.linkquality import FORMAT as LINK_QUALITY_FORMAT
 from provision.sim.node import materialize_shared
+from provision.sim.paths import sim_dir
 from provision.sim.tools.__main__ import GUARDED, TOOLS
 from provision.sim.ufm import HISTORY_FAULTS, write_history
 from provision.spec import LoadedSpec
+from provision.spec.faults import CATALOG, resolve_params
 
 MANIFEST = "cluster.json"
 DEFAULT_KERNEL = "5.15.0-112-generic"
 
 
-class SimError(RuntimeError):
+class SimError(Refusal, RuntimeError):
     """The simulated cluster cannot be brought up as asked."""
 
 
@@ -44,10 +46,6 @@ class NodePaths:
     host: str
     root: Path
     bin: Path
-
-
-def sim_dir(state_dir: Path) -> Path:
-    return state_dir / "sim"
 
 
 def node_paths(state_dir: Path, host: str) -> NodePaths:
@@ -256,6 +254,11 @@ def write_stand_ins(directory: Path, root: str, *, node_python: bool = True) -> 
         )
         python.chmod(0o755)
     return directory
+
+
+def is_built(state_dir: Path, host: str) -> bool:
+    """Whether the host's hardware root exists already (read-only commands must not build it)."""
+    return is_host_built(node_paths(state_dir, host).root.parent)
 
 
 def materialize(state_dir: Path, hosts: list[str]) -> None:

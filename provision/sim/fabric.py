@@ -13,12 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from provision.fabric import design_fabric
-from provision.sim.hardware import hca_guid
+from provision.hostmodel.devices import hca_guid
+from provision.ib_fabric import design_fabric
 from provision.sim.linkquality import FORMAT, LINK_QUALITY
 from provision.spec import LoadedSpec
 from topology.model import Cable, Fabric
-from topology.tomography import Router
+from topology.routes import Router
 from topology.writer import write_ibnetdiscover
 
 CABLE_FAULTS = ("miswired_cable", "missing_cable")

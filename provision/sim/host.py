@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from provision.hostmodel.devices import Gpu, Hca, NodeHardware, PciDevice
+from provision.hostmodel.pciconfig import LinkConfig
 from provision.sim.files import clone_tree, replace_file
-from provision.sim.hardware import Gpu, Hca, NodeHardware, PciDevice
 from provision.sim.inject import INJECTORS, NodeContext
 from provision.sim.node import initial_state, materialize_host, save_state
-from provision.sim.pciconfig import LinkConfig
 from provision.sim.tools.apt import package_entry, write_status
 from provision.sim.tools.system import write_modules
 
@@ -45,6 +45,10 @@ def read_recipe(host_dir: Path) -> dict[str, Any] | None:
 
 def write_recipe(host_dir: Path, recipe: dict[str, Any]) -> None:
     replace_file(host_dir / RECIPE, json.dumps(recipe))
+
+
+def is_host_built(host_dir: Path) -> bool:
+    return (host_dir / "root" / READY).exists()
 
 
 def ensure_host(host_dir: Path) -> Path:
@@ -83,8 +87,8 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
 
 def inject_now(host_dir: Path, kind: str, target: str | None = None, params: dict[str, Any] | None = None) -> None:
     """A fault that strikes a running host (a GPU falling off the bus after provisioning), applied in place."""
-    from provision.sim.faults import CATALOG, resolve_params
     from provision.sim.node import load_state
+    from provision.spec.faults import CATALOG, resolve_params
 
     root = ensure_host(host_dir)
     recipe = json.loads((host_dir / RECIPE).read_text())

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from provision.hostmodel.devices import NodeHardware
+from provision.hostmodel.pciconfig import ACS_ENABLED_DEFAULT, CAP_EXP, ECAP_ACS, capabilities, extended_capabilities
+from provision.hostmodel.pciconfig import read as read_config
+from provision.hostmodel.pciconfig import write as write_config
 from provision.sim import kernel_log
 from provision.sim.files import replace_file
-from provision.sim.hardware import NodeHardware
 from provision.sim.node import ACS_STATE_KEY, append_kernel_log, link_speed_text, sysfs_path, write
-from provision.sim.pciconfig import ACS_ENABLED_DEFAULT, CAP_EXP, ECAP_ACS, capabilities, extended_capabilities
-from provision.sim.pciconfig import read as read_config
-from provision.sim.pciconfig import write as write_config
 from provision.sim.tools.apt import package_entry, read_status, write_status
 from provision.sim.tools.system import write_modules
 

@@ -7,8 +7,8 @@ probes), not an empty file.
 
 from __future__ import annotations
 
-from provision.sim.hardware import NodeHardware
-from provision.sim.pciconfig import SPEEDS
+from provision.hostmodel.devices import NodeHardware
+from provision.hostmodel.pciconfig import SPEEDS
 
 DELL_DMI = "Dell Inc. PowerEdge XE9680/0NVY8P, BIOS 1.6.10 12/08/2023"
 

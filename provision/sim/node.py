@@ -17,9 +17,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from provision.hostmodel.devices import NodeHardware, PciDevice
+from provision.hostmodel.pciconfig import SPEEDS
 from provision.sim.files import replace_file
-from provision.sim.hardware import NodeHardware, PciDevice
-from provision.sim.pciconfig import SPEEDS
 
 STATE_FILE = "var/lib/provision-sim/node.json"
 #: Node-state key: bridge BDF -> the ACS control value its firmware sets at every boot.

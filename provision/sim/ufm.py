@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from provision.fabric import design_fabric
+from provision.hostmodel.devices import hca_guid
+from provision.ib_fabric import design_fabric
 from provision.sim.fabric import parse_port
-from provision.sim.hardware import hca_guid
 from provision.spec import LoadedSpec
 from topology.counters import THRESHOLDS
 from topology.model import HCA, Cable, Fabric

@@ -11,6 +11,8 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from provision.errors import Refusal
+
 
 @dataclass(frozen=True, order=True)
 class Location:
@@ -44,7 +46,7 @@ class SpecIssue:
         }
 
 
-class SpecError(Exception):
+class SpecError(Refusal):
     """One or more problems that make a spec unusable; nothing may run."""
 
     def __init__(self, issues: Iterable[SpecIssue]) -> None:

@@ -121,8 +121,8 @@ def _inline_secrets(data: Any, path: Path_, source: SourceMap) -> list[SpecIssue
 def _pydantic_issues(error: ValidationError, source: SourceMap) -> list[SpecIssue]:
     issues = []
     for detail in error.errors(include_input=False, include_url=False):
-        loc: Path_ = tuple(part for part in detail["loc"] if isinstance(part, int) or "[" not in str(part))
         kind = detail["type"]
+        loc = _data_path(detail["loc"], keep_last=kind == "extra_forbidden")
         message = detail["msg"].removeprefix("Value error, ")
         hint = ""
         if kind == "extra_forbidden":
@@ -137,6 +137,17 @@ def _pydantic_issues(error: ValidationError, source: SourceMap) -> list[SpecIssu
             location = source.locate(loc)
         issues.append(SpecIssue(location, dotted(loc), message, hint))
     return issues
+
+
+def _data_path(loc: tuple[int | str, ...], *, keep_last: bool) -> Path_:
+    """The path into the user's data: pydantic's own labels (``function-after[...]``, union members) dropped.
+
+    The last part of an ``extra_forbidden`` location is the user's key itself, kept whatever it holds: a key
+    typed with a bracket (``clu[ster``) is still the key to name and locate.
+    """
+    head = loc[:-1] if keep_last and loc else loc
+    kept = tuple(part for part in head if isinstance(part, int) or "[" not in str(part))
+    return (*kept, loc[-1]) if keep_last and loc else kept
 
 
 def _allowed_keys(model: type[BaseModel], path: Path_) -> list[str]:

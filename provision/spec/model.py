@@ -17,8 +17,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from provision.spec.catalog import BURNIN_STAGES, GPU_MODELS
+from provision.catalog import GPU_MODELS
 from topology.design import LINK_RATES_GBPS
+
+#: The stages of the burn-in, cheapest first; the spec's ``burnin.stages`` are written in this order.
+BURNIN_STAGES = ("preflight", "node", "pairs", "collectives", "training")
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=63)]
 EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]

@@ -11,12 +11,12 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import hostlist
-from provision.sim.faults import CATALOG, resolve_params, target_problem
-from provision.sim.hardware import describe
+from provision.hostmodel.devices import describe
+from provision.spec.faults import CATALOG, resolve_params, target_problem
 from provision.spec.issues import did_you_mean
 from provision.spec.model import ClusterSpec
 from provision.spec.source import Path_
+from topology import hostlist
 from topology.design import DesignError, FabricDimensions, FabricParameters, dimension
 from topology.fattree import HostRails, Naming, build_design
 

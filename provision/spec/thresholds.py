@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.spec.catalog import GPU_MODELS
+from provision.catalog import GPU_MODELS
 from provision.spec.model import FabricDesign, HardwareProfile, Thresholds
 
 #: Fractions applied to catalog figures when the spec does not override them.

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from provision.errors import Refusal
+
 
 class NodeState(StrEnum):
     NEW = "new"
@@ -41,7 +43,7 @@ OPERATOR_MOVES: dict[NodeState, frozenset[NodeState]] = {
 }
 
 
-class TransitionError(ValueError):
+class TransitionError(Refusal, ValueError):
     """A move the lifecycle does not allow."""
 
 

@@ -16,8 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
+from provision.errors import Refusal
 
-class LockHeld(RuntimeError):
+
+class LockHeld(Refusal, RuntimeError):
     """Another mutating command holds the cluster lock."""
 
 

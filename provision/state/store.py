@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from provision.errors import Refusal
 from provision.state.lifecycle import NodeState, check_move
 
 DB_NAME = "state.db"
@@ -128,7 +129,7 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
-class StoreError(RuntimeError):
+class StoreError(Refusal, RuntimeError):
     """The state store cannot be used as it is (newer schema, unreadable file)."""
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.catalog import GPU_MODELS
-from provision.sim import pciconfig
+from provision.hostmodel import pciconfig
 from provision.sim.node import load_state
 from provision.sim.tools.apt import installed_version
 from provision.sim.tools.common import ToolError, not_simulated

@@ -11,9 +11,9 @@ import os
 import re
 from pathlib import Path
 
-from provision.sim import pciconfig
+from provision.hostmodel import pciconfig
+from provision.hostmodel.pciconfig import CAP_EXP, ECAP_ACS, ECAP_AER, SPEEDS
 from provision.sim.files import replace_file
-from provision.sim.pciconfig import CAP_EXP, ECAP_ACS, ECAP_AER, SPEEDS
 from provision.sim.tools.common import ToolError, not_simulated
 
 VENDORS = {0x10DE: "NVIDIA Corporation", 0x15B3: "Mellanox Technologies", 0x1000: "Broadcom / LSI",

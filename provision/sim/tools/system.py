@@ -19,10 +19,10 @@ import time
 import uuid
 from pathlib import Path
 
+from provision.hostmodel.pciconfig import ECAP_ACS, extended_capabilities, write
 from provision.sim import kernel_log
 from provision.sim.files import replace_file
 from provision.sim.node import ACS_STATE_KEY, RING_FILE, append_kernel_log, load_state, save_state
-from provision.sim.pciconfig import ECAP_ACS, extended_capabilities, write
 from provision.sim.tools.common import ToolError, not_simulated
 
 MODULE_SIZES = {"nvidia": 62_652_416, "nvidia_uvm": 1_527_808, "nvidia_modeset": 1_314_816,

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from provision.catalog import GPU_MODELS
-from provision.sim import pciconfig
-from provision.sim.pciconfig import DOWNSTREAM, ENDPOINT, ROOT_PORT, UPSTREAM, LinkConfig
+from provision.hostmodel import pciconfig
+from provision.hostmodel.pciconfig import DOWNSTREAM, ENDPOINT, ROOT_PORT, UPSTREAM, LinkConfig
 
 if TYPE_CHECKING:
     from provision.spec.model import HardwareProfile

@@ -17,19 +17,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provision.fabric import audit_against_spec, design_endpoint
+from provision.errors import Refusal
 from provision.facts.ibportstate import final_state
+from provision.ib_fabric import audit_against_spec, design_endpoint
 from provision.observe import HostSession
 from provision.spec import LoadedSpec
 from provision.state.store import StateStore
-from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, tomography, ufm_events
+from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, routes, tomography, ufm_events
 from topology.model import HCA, Cable, Fabric, Port
 
 LADDER = ("reseat", "clean", "replace transceiver", "replace cable")
 _IB = re.compile(r"ib(\d+)$")
 
 
-class EvidenceError(ValueError):
+class EvidenceError(Refusal, ValueError):
     """An evidence file that cannot be used at all (as opposed to lines inside it that cannot)."""
 
 
@@ -180,7 +181,7 @@ def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkheal
     return evidence, ingestion, guids
 
 
-def read_results(paths: list[Path], router: tomography.Router) -> tuple[str, list[tuple[tomography.Test, bool]]]:
+def read_results(paths: list[Path], router: routes.Router) -> tuple[str, list[tuple[tomography.Test, bool]]]:
     """End-to-end results: ``{"routing": "dmodk"|"ecmp", "tests": [{"flows": [[src, dst], ...], "passed": bool}
     ...]}``, or ``{"gbps": measured, "expected_gbps": designed}`` in place of ``passed`` (passed at >= 90%)."""
     routing = "dmodk"
@@ -213,7 +214,7 @@ def read_results(paths: list[Path], router: tomography.Router) -> tuple[str, lis
 
 def run_tomography(fabric: Fabric, paths: list[Path], health: list[linkhealth.CableHealth]) -> dict[str, Any]:
     """Suspects from end-to-end results, with the event/counter evidence as the prior, and the next tests."""
-    router = tomography.Router(fabric)
+    router = routes.Router(fabric)
     routing, tests = read_results(paths, router)
     prior = {router.index[item.cable]: 1.0 + 50.0 * min(item.score, 4.0)
              for item in health if item.klass != "healthy" and item.cable in router.index}
@@ -339,7 +340,7 @@ def write_actions(directory: Path, report: Report, fabric: Fabric) -> list[Path]
     to_disable = [item for item in report.suspects if item.klass in ("down", "flapping", "erroring", "degraded")]
     payloads, commands = [], ["#!/bin/sh", "# Written by provision topology flaps; review before running.",
                               "# Disables both ends of each suspect cable (the SM then routes around it).", "set -e"]
-    router = tomography.Router(fabric)
+    router = routes.Router(fabric)
     for disable in port_disables(report, fabric):
         ufm_id = disable.guid.removeprefix("0x") if disable.guid else disable.switch  # UFM: systems by bare GUID
         payloads.append({"action": "disable", "identifier": "id", "object_type": "System",

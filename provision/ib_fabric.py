@@ -1,10 +1,17 @@
-"""From a loaded spec to the fabric design the topology package works on."""
+"""From a loaded spec and the files an operator gives to what the topology package works on: the designed
+fabric, observed dumps, cabling plans, GUID maps, and the audits that compare them."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from provision.errors import Refusal, UsageProblem
+from provision.sim.paths import fabric_dir
 from provision.spec import LoadedSpec
+from topology import cabling, ibnetdiscover
 from topology.audit import ChangeReport, Finding, Link, compare, compare_change, discovered_links, down_endpoints
 from topology.cabling import Endpoint, PlannedCable, discovered_endpoint
 from topology.fattree import HostRails, Naming, build_design
@@ -26,7 +33,7 @@ def design_fabric(loaded: LoadedSpec) -> Fabric:
     """The designed fabric of a spec with fat-tree parameters (validation guarantees they build)."""
     fabric = loaded.spec.fabric
     if loaded.fabric is None or fabric.rails is None or fabric.hosts_per_su is None:
-        raise ValueError("this spec gives a cabling file, not fat-tree parameters, so there is no design to derive")
+        raise UsageProblem("this spec gives a cabling file, not fat-tree parameters, so there is no design to derive")
     naming = Naming(fabric.naming.leaf, fabric.naming.spine, fabric.naming.core)
     return build_design(loaded.fabric, host_rails(loaded), fabric.hosts_per_su, fabric.rails, naming=naming,
                         rate=fabric.link_rate)
@@ -50,7 +57,7 @@ class AuditReport:
         return len(self.findings) + sum(len(found) for found in self.violations.values())
 
 
-class IdentityError(ValueError):
+class IdentityError(Refusal, ValueError):
     """Two discovered HCAs claim the same host and HCA: the dump cannot be matched to the design."""
 
 
@@ -179,3 +186,70 @@ def problem_places(design: Fabric, findings: list[Finding]) -> tuple[dict[str, i
         else:
             boxes[places[0][1]] = boxes.get(places[0][1], 0) + 1
     return boxes, bundles
+
+
+def read_dump(path: Path, names: dict[str, str] | None = None) -> Discovery:
+    """An ``ibnetdiscover`` dump from disk, HCAs renamed by a GUID map when one is given."""
+    try:
+        discovery = ibnetdiscover.parse(path.read_text(errors="replace"))
+    except ibnetdiscover.DumpError as error:
+        raise UsageProblem(f"{path}: {error}") from None
+    if names:
+        ibnetdiscover.apply_names(discovery, names)
+    return discovery
+
+
+def read_guid_map(path: Path) -> dict[str, str]:
+    """Node GUID -> name, from ibnetdiscover's ``--node-name-map`` format or ``H-<guid> <name>`` lines."""
+    names = ibnetdiscover.parse_guid_map(path.read_text(errors="replace"))
+    if not names:
+        raise UsageProblem(f"{path}: no GUID map entries (expected lines like 0x<guid> \"<host> <hca>\" "
+                           "or H-<guid> <host>)")
+    return names
+
+
+def read_plans(paths: Sequence[Path]) -> list[PlannedCable]:
+    """Every cable of the cabling plans (UFM ``.ndt`` or CSV), a located refusal for a plan that cannot be read."""
+    planned: list[PlannedCable] = []
+    for path in paths:
+        try:
+            planned += cabling.parse_plan(path.read_text(errors="replace"))
+        except cabling.PlanError as error:
+            raise UsageProblem(f"{path}: {error}") from None
+    return planned
+
+
+def shared_description(discovery: Discovery) -> tuple[str, int] | None:
+    """The node description several HCAs share (rdma-ndd never ran), with how many share it, or None."""
+    shared = Counter(node.description for node in discovery.nodes.values() if node.kind == "ca").most_common(1)
+    return shared[0] if shared and shared[0][1] > 1 else None
+
+
+def cable_at_port(fabric: Fabric, port: str) -> Cable:
+    """The designed cable plugged into SWITCH/PORT, or a usage error naming the argument."""
+    node, _, number = port.rpartition("/")
+    cable = fabric.cable_at((node, int(number))) if number.isdigit() else None
+    if cable is None:
+        raise UsageProblem(f"{port}: no such cabled port in the fabric design (write SWITCH/PORT)")
+    return cable
+
+
+def cabling_label(pair: tuple[tuple[str, str], tuple[str, str]] | None) -> str:
+    """``sim01 mlx5_4 - leaf-su01-r2/3``: an HCA end by its description, a switch end as switch/port."""
+    if pair is None:
+        return ""
+    return " - ".join(port if " " in port else f"{device}/{port}" for device, port in pair)
+
+
+def simulated_dump(loaded: LoadedSpec, state_dir: Path, *, required: bool = True) -> Path | None:
+    """The simulated fabric's own ``ibnetdiscover`` dump: the default observation for a simulated cluster."""
+    if loaded.spec.simulation is None:
+        if required:
+            raise UsageProblem("--observed DUMP is required (only a simulated cluster has a dump of its own)")
+        return None
+    path = fabric_dir(state_dir) / "ibnetdiscover.txt"
+    if not path.exists():
+        if required:
+            raise UsageProblem(f"no simulated fabric dump at {path}: run `provision sim up` first")
+        return None
+    return path

@@ -1,0 +1,110 @@
+"""``provision topology audit``: the as-built fabric against the design, cable by cable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from provision.cli.common import emit_json, err, json_option, out, state_dir_of, state_dir_option
+from provision.cli.topology import topology
+from provision.errors import EXIT_OK, EXIT_PROBLEMS
+from provision.ib_fabric import (
+    audit_against_plans,
+    audit_against_spec,
+    audit_change,
+    cabling_label,
+    read_dump,
+    read_guid_map,
+    read_plans,
+    shared_description,
+    simulated_dump,
+)
+from provision.spec import load_spec
+from topology.audit import ChangeReport
+
+CATEGORIES = ("miswired", "missing", "port_down", "degraded", "extra")
+
+
+@topology.command(name="audit")
+@click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--observed", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="ibnetdiscover output of the as-built fabric (default: the simulated cluster's).")
+@click.option("--design", "plans", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="An explicit cabling plan (UFM .ndt or CSV) instead of a spec; may be repeated.")
+@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="An earlier dump: report what changed since, and re-check only the cables the change touched.")
+@click.option("--guid-map", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Node GUID -> name (ibnetdiscover's --node-name-map format, or H-<guid> <name>), for HCAs whose "
+                   "node description is still the vendor's: name each '<host> <hca>'.")
+@state_dir_option
+@json_option
+def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, ...], baseline: Path | None,
+                   guid_map: Path | None, state_dir: Path | None, as_json: bool) -> int:
+    """Compare the as-built fabric with the design, cable by cable (exit 1 if anything is found)."""
+    if (spec is None) == (not plans):
+        raise click.UsageError("give either SPEC or --design PLAN (one or more), not both")
+    loaded = load_spec(spec) if spec is not None else None
+    if observed is None:
+        if loaded is None:
+            raise click.UsageError("--observed DUMP is required (only a simulated cluster has a dump of its own)")
+        observed = simulated_dump(loaded, state_dir_of(loaded, state_dir))
+        assert observed is not None
+    names = read_guid_map(guid_map) if guid_map is not None else {}
+    discovery = read_dump(observed, names)
+    if (shared := shared_description(discovery)) is not None:  # rdma-ndd never ran
+        err.print(f"provision: {shared[1]} HCAs share the node description {shared[0]!r}; name them with "
+                  "--guid-map (0x<guid> \"<host> <hca>\" per line)", markup=False)
+    planned = read_plans(plans)
+    if baseline is not None:
+        return _print_change(audit_change(loaded, planned, read_dump(baseline, names), discovery), baseline,
+                             observed, as_json)
+    report = audit_against_spec(loaded, discovery) if loaded is not None else audit_against_plans(planned, discovery)
+    counts = {category: sum(1 for f in report.findings if f.category == category) for category in CATEGORIES}
+    if as_json:
+        emit_json({"observed": str(observed), "counts": counts, "cables": [f.as_dict() for f in report.findings],
+                   "rules": {name: [v.as_dict() for v in found] for name, found in report.violations.items()},
+                   "unparsed_lines": len(discovery.skipped)})
+        return EXIT_PROBLEMS if report.problems else EXIT_OK
+    if not report.problems:
+        out.print(f"No problems: every designed cable is in place ({observed}).", markup=False)
+        return EXIT_OK
+    table = Table(title=f"cabling audit of {observed}: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n),
+                  title_justify="left")
+    for column in ("problem", "designed", "found", "swap partner", "rules broken", "detail"):
+        table.add_column(column, overflow="fold")
+    for finding in report.findings:
+        table.add_row(finding.category, cabling_label(finding.expected), cabling_label(finding.actual),
+                      cabling_label(finding.swap_partner), ", ".join(finding.rules), finding.detail)
+    out.print(table)
+    for name, found in report.violations.items():
+        if found:
+            out.print(f"[bold]{name}[/]: {len(found)} violation(s); first: {found[0].message}")
+    return EXIT_PROBLEMS
+
+
+def _print_change(change: ChangeReport, baseline: Path, observed: Path, as_json: bool) -> int:
+    groups = {"fixed": change.fixed, "still broken": change.still_broken, "newly broken": change.newly_broken,
+              "untouched": change.untouched}
+    remaining = len(change.still_broken) + len(change.newly_broken) + len(change.untouched)
+    if as_json:
+        emit_json({"baseline": str(baseline), "observed": str(observed),
+                   "cables_added": [cabling_label((link.a, link.b)) for link in change.added],
+                   "cables_removed": [cabling_label((link.a, link.b)) for link in change.removed],
+                   **{name.replace(" ", "_"): [f.as_dict() for f in found] for name, found in groups.items()}})
+        return EXIT_PROBLEMS if remaining else EXIT_OK
+    out.print(f"since {baseline}: {len(change.added)} cable(s) appeared, {len(change.removed)} disappeared",
+              markup=False)
+    table = Table(title="re-checked where the change touched", title_justify="left")
+    for column in ("status", "problem", "designed", "found", "detail"):
+        table.add_column(column, overflow="fold")
+    for name in ("fixed", "still broken", "newly broken"):
+        for finding in groups[name]:
+            table.add_row(name, finding.category, cabling_label(finding.expected), cabling_label(finding.actual),
+                          finding.detail)
+    out.print(table)
+    if change.untouched:
+        out.print(f"{len(change.untouched)} other problem(s) the change did not touch remain (not re-checked)",
+                  markup=False)
+    return EXIT_PROBLEMS if remaining else EXIT_OK

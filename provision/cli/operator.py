@@ -1,0 +1,35 @@
+"""An operator's moves: ``admit``, ``quarantine`` and ``drain`` HOSTLIST with a reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from provision import operator
+from provision.cli.common import argv, out, state_dir_of, state_dir_option, state_dir_without_spec
+from provision.errors import EXIT_OK
+from provision.spec import load_spec
+from provision.state import NodeState
+from topology import hostlist
+
+
+def _command(target: NodeState, help_text: str) -> click.Command:
+    @click.argument("hosts", metavar="HOSTLIST")
+    @click.option("--reason", required=True, help="Why; kept in the node's history.")
+    @click.option("--spec", type=click.Path(path_type=Path, dir_okay=False), help="The cluster's spec file.")
+    @state_dir_option
+    def command(hosts: str, reason: str, spec: Path | None, state_dir: Path | None) -> int:
+        loaded = load_spec(spec) if spec is not None else None
+        directory = state_dir_of(loaded, state_dir) if loaded is not None else state_dir_without_spec(state_dir)
+        names = operator.move_nodes(directory, target, hosts, reason, argv=argv(), spec=loaded)
+        out.print(f"{target.value}: {hostlist.compress(names)} ({reason})", markup=False)
+        return EXIT_OK
+
+    command.__doc__ = help_text
+    return click.command(name=operator.COMMANDS[target])(command)
+
+
+admit = _command(NodeState.ADMITTED, "Admit nodes by hand (an operator's decision).")
+quarantine = _command(NodeState.QUARANTINED, "Take nodes out of service for repair.")
+drain = _command(NodeState.DRAINED, "Set nodes aside; the pipeline leaves them alone until an operator moves them.")

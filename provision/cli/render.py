@@ -1,0 +1,41 @@
+"""Tables shared by several commands: the cluster's nodes by lifecycle state and the quarantined ones."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from provision.cli.common import out
+from provision.state import NodeState, StateStore
+from topology import hostlist
+
+
+def print_status(cluster: str, store: StateStore) -> None:
+    counts = store.counts()
+    records = store.nodes()
+    table = Table(title=f"{cluster}: {sum(counts.values())} nodes", title_justify="left")
+    table.add_column("state")
+    table.add_column("nodes", justify="right")
+    table.add_column("hosts")
+    for state in NodeState:
+        names = [record.name for record in records if record.in_spec and record.state is state]
+        table.add_row(state.value, str(counts[state.value]), hostlist.compress(names) if names else "")
+    out.print(table)
+    gone = [record.name for record in records if not record.in_spec]
+    if gone:
+        out.print(f"not in the spec any more (history kept): {hostlist.compress(gone)}")
+    held = [record for record in records if record.in_spec and record.state is NodeState.QUARANTINED]
+    if held:
+        reasons = Table(title="quarantined", title_justify="left")
+        for column in ("node", "stage", "reason", "since"):
+            reasons.add_column(column)
+        for record in held:
+            reasons.add_row(record.name, record.stage or "", record.reason, record.updated_at)
+        out.print(reasons)
+
+
+def quarantine_check(store: StateStore, name: str) -> str | None:
+    """The check named in the node's latest quarantine evidence."""
+    for row in reversed(store.history(name)):
+        if row["to_state"] == NodeState.QUARANTINED.value:
+            return row["evidence"].get("check") or row["evidence"].get("failed_task")
+    return None

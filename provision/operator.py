@@ -1,0 +1,45 @@
+"""An operator's move of nodes (admit, quarantine, drain): all or none, each kept in the node's history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from provision.errors import UsageProblem
+from provision.run_context import SpecIdentity, mutating_run
+from provision.spec import LoadedSpec
+from provision.state import NodeState, StateStore
+from topology import hostlist
+
+COMMANDS = {NodeState.ADMITTED: "admit", NodeState.QUARANTINED: "quarantine", NodeState.DRAINED: "drain"}
+
+
+def move_nodes(directory: Path, target: NodeState, hosts: str, reason: str, *, argv: list[str],
+               spec: LoadedSpec | None = None) -> list[str]:
+    """Move every node of the HOSTLIST to ``target`` inside one recorded run, or none of them.
+
+    Refused before anything changes: an empty reason, a bad hostlist, a node the store does not know, no store.
+    A move the lifecycle forbids for any one node leaves every node as it was (one transaction).
+    """
+    if not reason.strip():
+        raise UsageProblem("--reason must say why")
+    try:
+        names = hostlist.expand(hosts)
+    except hostlist.HostlistError as error:
+        raise UsageProblem(str(error)) from None
+    if StateStore.open_readonly(directory) is None:
+        raise UsageProblem(f"no state store in {directory}: run `provision apply` first")
+    identity = SpecIdentity(spec.path.resolve(), spec.sha256) if spec is not None else None
+    with mutating_run(directory, COMMANDS[target], argv, spec=identity) as run:
+        store = run.store
+        unknown = [name for name in names if store.node(name) is None]
+        if unknown:
+            raise UsageProblem(f"not in the state store: {hostlist.compress(unknown)}")
+        run.note("operator_move", {"to": target.value, "hosts": names, "reason": reason})
+        with store.transaction():  # all or nothing: a refused move leaves every node as it was
+            for name in names:
+                record = store.node(name)
+                assert record is not None
+                store.transition(name, target, run_id=run.id, reason=reason, by_operator=True,
+                                 stage=record.stage if target is NodeState.QUARANTINED else None,
+                                 evidence={"operator": True})
+    return names

@@ -1,0 +1,49 @@
+"""What a pipeline phase is: the context it runs in, the report it returns, and the protocol it follows.
+
+Kept apart from :mod:`provision.pipeline` (which orders the phases) so a phase module such as
+:mod:`provision.burnin.phase` can name these types without importing the pipeline that imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from provision.runs import RunRecord
+from provision.spec import LoadedSpec
+from provision.spec.semantics import ResolvedNode
+from provision.state import StateStore
+
+
+@dataclass
+class PhaseContext:
+    loaded: LoadedSpec
+    store: StateStore
+    run: RunRecord
+    targets: list[ResolvedNode]
+    advance: Callable[[int], None] = lambda steps: None
+    forks: int = 8
+    secrets: dict[str, str] = field(default_factory=dict)  # never logged, stored or written to the run
+    retest_quarantined: bool = False  # burn-in takes quarantined nodes back (``provision burnin``)
+
+
+@dataclass
+class PhaseReport:
+    name: str
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Phase(Protocol):
+    name: str
+    description: str
+
+    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+             forks: int) -> PhaseReport: ...
+
+    def run(self, context: PhaseContext) -> PhaseReport: ...
+
+
+class SystemicFailure(RuntimeError):
+    """Too many nodes failed one stage for the cause to be the nodes: the phase stops the run."""
