@@ -116,7 +116,7 @@ def test_many_failures_in_one_stage_stop_as_systemic(tmp_path: Path) -> None:
 
 
 def test_a_probe_that_cannot_run_is_unknown_never_ok() -> None:
-    gathered = preflight.Gathered(problems={name: f"{name}: not found" for name in preflight.COMMANDS})
+    gathered = preflight.Gathered(problems={probe.name: f"{probe.name}: not found" for probe in preflight.PROBES})
     expect = preflight.Expectations(
         gpu_count=8, gpu_model="H100-SXM-80GB", driver="535.183.01", gpu_pcie=(5, 16), hca_pcie=(5, 16),
         rail_hcas=("mlx5_0",), link_gbps=400, nvlink_links=18, gpudirect="peermem", acs_disable=True,

@@ -1,6 +1,7 @@
 """Preflight: the node checks, each a command, a pure parser and an evaluation against the spec.
 
-``PROBES`` says what is read from a host (commands and files, all read-only); :func:`collect` gathers them in
+``PROBES``, ``FILES`` and ``LINKS`` say which facts are read from a host (commands and files, all read-only; each
+fact's command and parser live together in :mod:`provision.facts`); :func:`collect` gathers them in
 parallel over the host's one session; :func:`evaluate` turns the gathered text into one :class:`CheckResult`
 per check. A probe that fails makes the checks that need it ``unknown``, never ``ok``.
 """
@@ -15,32 +16,19 @@ from typing import Any
 from provision.catalog import GPU_MODELS
 from provision.checks import kernel_allowlist
 from provision.checks.outcome import CheckResult, Outcome
-from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, system
-from provision.facts.packages import parse_proc_modules
+from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, packages, system
+from provision.facts.fact import Fact
 from provision.observe import CommandResult, HostSession
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds
 
-GPU_FIELDS = ["index", "uuid", "serial", "pci.bus_id", "driver_version", "vbios_version", "ecc.mode.current",
-              "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total", "ecc.errors.corrected.volatile.total",
-              "temperature.gpu", "pcie.link.gen.max", "pcie.link.width.current", "clocks_event_reasons.active"]
-REMAP_FIELDS = ["gpu_bus_id", "remapped_rows.failure", "remapped_rows.pending", "remapped_rows.correctable",
-                "remapped_rows.uncorrectable"]
-
-#: name -> argv; every one read-only.
-COMMANDS: dict[str, list[str]] = {
-    "gpus": ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"],
-    "remapped_rows": ["nvidia-smi", f"--query-remapped-rows={','.join(REMAP_FIELDS)}", "--format=csv,noheader"],
-    "retired_pages": ["nvidia-smi", "-q", "-d", "PAGE_RETIREMENT"],
-    "nvlink": ["nvidia-smi", "nvlink", "-s"],
-    "kernel_log": ["dmesg"],
-    "lspci": ["lspci", "-vvv"],
-    "ibstat": ["ibstat"],
-    "df": ["df", "-P"],
-}
-FILES = {"swaps": "/proc/swaps", "nv_mem": "/sys/kernel/mm/memory_peers/nv_mem/version", "modules": "/proc/modules"}
-LINKS = {"pci_devices": "/sys/bus/pci/devices", "infiniband": "/sys/class/infiniband"}
+#: What preflight reads from a host; each fact's command (or file) and parser live in its own module.
+PROBES: tuple[Fact, ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
+                            kernel_log.KERNEL_LOG, lspci.LSPCI, infiniband.IBSTAT, system.DF)
+FILES: tuple[Fact, ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES)
+LINKS: tuple[Fact, ...] = (lspci.PCI_DEVICES, infiniband.INFINIBAND)
+GPU_FIELDS, REMAP_FIELDS = nvidia_smi.GPU_FIELDS, nvidia_smi.REMAP_FIELDS
 
 #: Imbue's hardware set (field guide 3.2): these Xids fail a node; any other Xid is a warning.
 HARDWARE_XIDS = frozenset({48, *range(56, 59), *range(62, 65), *range(68, 78), *range(79, 87), 88, 89, 92,
@@ -118,15 +106,15 @@ def collect(session: HostSession, timeout_s: float) -> Gathered:
     """Every probe of a host at once, over its one session."""
     gathered = Gathered()
 
-    def command(name: str) -> tuple[str, CommandResult]:
-        return name, session.run(COMMANDS[name], timeout_s)
+    def command(probe: Fact) -> tuple[str, CommandResult]:
+        return probe.name, session.run(probe.argv, timeout_s)
 
-    with ThreadPoolExecutor(max_workers=len(COMMANDS)) as pool:
-        results = list(pool.map(command, COMMANDS))
-        for name, path in FILES.items():
-            gathered.files[name] = session.read_text(path)
-        for name, directory in LINKS.items():
-            gathered.links[name] = session.resolve_links(directory)
+    with ThreadPoolExecutor(max_workers=len(PROBES)) as pool:
+        results = list(pool.map(command, PROBES))
+        for probe in FILES:
+            gathered.files[probe.name] = session.read_text(probe.path)
+        for probe in LINKS:
+            gathered.links[probe.name] = session.resolve_links(probe.path)
     for name, result in results:
         if result.ok:
             gathered.outputs[name] = result.stdout
@@ -149,21 +137,25 @@ def _need(gathered: Gathered, *names: str) -> list[str]:
     return [gathered.outputs[name] for name in names]
 
 
-def _parse(gathered: Gathered, name: str, parser: Callable[[str], Any]) -> Any:
-    """``parser`` over probe ``name``'s output, once per host however many checks read it."""
-    if name not in gathered.parsed:
-        (text,) = _need(gathered, name)
-        gathered.parsed[name] = parser(text)
-    return gathered.parsed[name]
+def _parse(gathered: Gathered, probe: Fact) -> Any:
+    """The probe's parser over its output, once per host however many checks read it."""
+    if probe.name not in gathered.parsed:
+        (text,) = _need(gathered, probe.name)
+        gathered.parsed[probe.name] = probe.parse(text)
+    return gathered.parsed[probe.name]
 
 
 def _kernel_lines(gathered: Gathered) -> list[kernel_log.KernelLine]:
-    return _parse(gathered, "kernel_log", kernel_log.parse_kernel_log)
+    return _parse(gathered, kernel_log.KERNEL_LOG)
 
 
 def _pci_devices(gathered: Gathered) -> dict[str, lspci.PciDeviceFacts]:
-    return _parse(gathered, "lspci", lambda text: {device.address: device
-                                                   for device in lspci.parse_lspci_verbose(text)})
+    devices = {device.address: device for device in _parse(gathered, lspci.LSPCI)}
+    denied = [address for address, device in devices.items() if device.access_denied]
+    if denied:  # link widths and ACS bits were never read: the checks that need them cannot say "ok"
+        raise Unknown(f"needs root: lspci -vvv printed 'Capabilities: <access denied>' for {len(denied)} "
+                      f"device(s), e.g. {denied[0]}")
+    return devices
 
 
 def _result(check: str, failures: list[str], ok: str, remediation: str, *, outcome: Outcome = Outcome.FAILED,
@@ -175,7 +167,7 @@ def _result(check: str, failures: list[str], ok: str, remediation: str, *, outco
 
 
 def _gpus(gathered: Gathered) -> list[dict[str, str]]:
-    return _parse(gathered, "gpus", lambda text: nvidia_smi.parse_query_csv(text, GPU_FIELDS))
+    return _parse(gathered, nvidia_smi.GPUS)
 
 
 def check_gpu_count(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
@@ -227,14 +219,14 @@ def check_ecc(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
 
 
 def check_row_remap(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    (remap_text, retired_text) = _need(gathered, "remapped_rows", "retired_pages")
+    remapped, retired = _parse(gathered, nvidia_smi.REMAPPED_ROWS), _parse(gathered, nvidia_smi.RETIRED_PAGES)
     failures = []
-    for row in nvidia_smi.parse_query_csv(remap_text, REMAP_FIELDS):
+    for row in remapped:
         if row["remapped_rows.failure"] in ("1", "Yes"):
             failures.append(f"GPU {row['gpu_bus_id']}: row remapping failed (RMA)")
         if row["remapped_rows.pending"] in ("1", "Yes"):
             failures.append(f"GPU {row['gpu_bus_id']}: a row remap is pending")
-    for bus_id, tree in nvidia_smi.parse_query_report(retired_text).gpus.items():
+    for bus_id, tree in retired.gpus.items():
         if tree.get("Retired Pages", {}).get("Pending Page Blacklist") == "Yes":
             failures.append(f"GPU {bus_id}: a page retirement is pending")
     return [_result("row_remap", failures, "no pending remaps or retirements",
@@ -310,7 +302,7 @@ def check_peermem(gathered: Gathered, expect: Expectations) -> list[CheckResult]
     if gathered.files.get("nv_mem") is not None:
         return [CheckResult("peermem", Outcome.OK, "nvidia-peermem registered (nv_mem "
                             f"{(gathered.files['nv_mem'] or '').strip()})")]
-    modules = parse_proc_modules(gathered.files.get("modules") or "")
+    modules = packages.MODULES.parse(gathered.files.get("modules") or "")
     why = ("nvidia_peermem is loaded but not registered with ib_core" if "nvidia_peermem" in modules
            else "nvidia_peermem is not loaded")
     return [CheckResult("peermem", Outcome.FAILED, why, "re-run provision apply (gpudirect); a module that loads "
@@ -338,8 +330,7 @@ def check_acs(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
 
 
 def check_ib_ports(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    (text,) = _need(gathered, "ibstat")
-    hcas = infiniband.parse_ibstat(text)
+    hcas = _parse(gathered, infiniband.IBSTAT)
     failures = []
     for name in expect.rail_hcas:
         device = hcas.get(name)
@@ -361,9 +352,8 @@ def check_ib_ports(gathered: Gathered, expect: Expectations) -> list[CheckResult
 def check_nvlink(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     if not expect.nvlink_links:
         return [CheckResult("nvlink", Outcome.SILENCED, "no NVLink in the spec")]
-    (text,) = _need(gathered, "nvlink")
     failures = []
-    for gpu in nvidia_smi.parse_nvlink_status(text):
+    for gpu in _parse(gathered, nvidia_smi.NVLINK):
         if gpu.all_inactive:
             failures.append(f"GPU {gpu.index}: all NVLinks inactive")
         elif gpu.inactive_links or len(gpu.links) < expect.nvlink_links:
@@ -388,13 +378,16 @@ def check_throttle(gathered: Gathered, expect: Expectations) -> list[CheckResult
 
 
 def check_disk(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    (text,) = _need(gathered, "df")
     limit = expect.thresholds["disk_usage_percent"]
-    failures = [f"{fs.mount} is {fs.percent}% full ({fs.source})" for fs in system.parse_df(text)
+    failures = [f"{fs.mount} is {fs.percent}% full ({fs.source})" for fs in _parse(gathered, system.DF)
                 if fs.percent >= limit]
     results = [_result("disk", failures, f"every filesystem below {limit:g}%", "free space on the filesystem")]
-    swaps = system.parse_swaps(gathered.files.get("swaps") or "Filename\n")
-    if swaps:
+    text = gathered.files.get(system.SWAPS.name)
+    swaps = system.SWAPS.parse(text) if text is not None else None
+    if swaps is None:  # an unreadable /proc/swaps says nothing about swap: never "no swap"
+        results.append(CheckResult("swap", Outcome.UNKNOWN, f"could not read {system.SWAPS.path}",
+                                   "re-run; a check that cannot run is never taken as healthy"))
+    elif swaps:
         results.append(CheckResult("swap", Outcome.SILENCED, f"swap on: {', '.join(area.name for area in swaps)}",
                                    "host_tuning turns swap off when host.tuning.swap is off"))
     else:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provision.facts import fact
+
 
 @dataclass
 class IbPort:
@@ -120,3 +122,8 @@ def parse_ibstat(text: str) -> dict[str, IbDevice]:
                 link_layer=fields.get("Link layer", ""),
             )
     return devices
+
+
+IBSTAT = fact.command("ibstat", ["ibstat"], parse_ibstat)
+#: ``mlx5_N`` -> its sysfs path, which names the HCA's PCI address.
+INFINIBAND = fact.links("infiniband", "/sys/class/infiniband", dict)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from provision.facts import fact
+
 _MONOTONIC = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
 _CTIME = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(.*)$")
 _KMSG = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
@@ -59,3 +61,7 @@ def find_xids(lines: list[KernelLine]) -> list[Xid]:
             found.append(Xid(match.group(1).lower(), int(match.group(2)), match.group(3), match.group(4),
                              match.group(5).strip()))
     return found
+
+
+#: Refused to an unprivileged user where ``kernel.dmesg_restrict=1`` (Ubuntu's default).
+KERNEL_LOG = fact.command("kernel_log", ["dmesg"], parse_kernel_log, needs_root=True)

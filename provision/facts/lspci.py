@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from provision.facts import fact
+
 _HEAD = re.compile(r"^(?P<addr>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) "
                    r"(?P<kind>[^:]+): (?P<desc>.*)$")
 _SPEED = re.compile(r"Speed (?P<speed>[\d.]+)GT/s(?: \((?P<speed_note>ok|downgraded)\))?")
@@ -39,6 +41,11 @@ class PciDeviceFacts:
     acs_control: dict[str, bool] | None = None
     driver: str | None = None
     capabilities: list[str] = field(default_factory=list)
+
+    @property
+    def access_denied(self) -> bool:
+        """lspci run without root: the capability blocks (link, ACS) were not read, not absent."""
+        return "<access denied>" in self.capabilities
 
     @property
     def is_bridge(self) -> bool:
@@ -102,3 +109,9 @@ def _link(value: str) -> Link | None:
 
 def _flags(value: str) -> dict[str, bool]:
     return {match[1]: match[2] == "+" for match in re.finditer(r"([A-Za-z]+)([+-])", value)}
+
+
+#: Without root, lspci prints ``Capabilities: <access denied>`` in place of every capability block.
+LSPCI = fact.command("lspci", ["lspci", "-vvv"], parse_lspci_verbose, needs_root=True)
+#: Each PCI device's sysfs path, which names every bridge between it and its root port.
+PCI_DEVICES = fact.links("pci_devices", "/sys/bus/pci/devices", dict)

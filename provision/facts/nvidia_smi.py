@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from provision.facts import fact
+
 _UNIT = re.compile(r"\s*\[[^\]]*\]$")
 
 
@@ -101,3 +103,19 @@ def parse_nvlink_status(text: str) -> list[NvlinkGpu]:
         if link:
             gpus[-1].links[int(link.group(1))] = float(link.group(2)) if link.group(2) else None
     return gpus
+
+
+#: The GPU fields preflight asks for (one CSV row per GPU, in this order).
+GPU_FIELDS = ["index", "uuid", "serial", "pci.bus_id", "driver_version", "vbios_version", "ecc.mode.current",
+              "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total", "ecc.errors.corrected.volatile.total",
+              "temperature.gpu", "pcie.link.gen.max", "pcie.link.width.current", "clocks_event_reasons.active"]
+REMAP_FIELDS = ["gpu_bus_id", "remapped_rows.failure", "remapped_rows.pending", "remapped_rows.correctable",
+                "remapped_rows.uncorrectable"]
+
+GPUS = fact.command("gpus", ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"],
+                    lambda text: parse_query_csv(text, GPU_FIELDS))
+REMAPPED_ROWS = fact.command("remapped_rows", ["nvidia-smi", f"--query-remapped-rows={','.join(REMAP_FIELDS)}",
+                                               "--format=csv,noheader"],
+                             lambda text: parse_query_csv(text, REMAP_FIELDS))
+RETIRED_PAGES = fact.command("retired_pages", ["nvidia-smi", "-q", "-d", "PAGE_RETIREMENT"], parse_query_report)
+NVLINK = fact.command("nvlink", ["nvidia-smi", "nvlink", "-s"], parse_nvlink_status)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from provision.facts import fact
+
 
 @dataclass(frozen=True)
 class Package:
@@ -46,3 +48,9 @@ def parse_proc_modules(text: str) -> dict[str, Module]:
         users = tuple(user for user in parts[3].split(",") if user and user != "-")
         modules[parts[0]] = Module(parts[0], int(parts[1]), users, parts[4])
     return modules
+
+
+MODULES = fact.file("modules", "/proc/modules", parse_proc_modules)
+#: Present only once nvidia-peermem has registered with ib_core as a peer-memory client (a module that loads but
+#: never registers leaves it absent; its own /sys/module/nvidia_peermem/version proves nothing).
+PEERMEM_REGISTRATION = fact.file("nv_mem", "/sys/kernel/mm/memory_peers/nv_mem/version", str.strip)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from provision.facts import fact
+
 
 @dataclass(frozen=True)
 class Filesystem:
@@ -44,3 +46,7 @@ def parse_swaps(text: str) -> list[SwapArea]:
         if len(fields) >= 4:
             areas.append(SwapArea(fields[0], fields[1], int(fields[2]), int(fields[3])))
     return areas
+
+
+DF = fact.command("df", ["df", "-P"], parse_df)
+SWAPS = fact.file("swaps", "/proc/swaps", parse_swaps)

@@ -1,0 +1,12 @@
+"""Every fact the tool reads from a host, by name: what the data-driven fact tests walk."""
+
+from __future__ import annotations
+
+from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, packages, system
+from provision.facts.fact import Fact
+
+FACTS: dict[str, Fact] = {fact.name: fact for fact in (
+    nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
+    kernel_log.KERNEL_LOG, lspci.LSPCI, lspci.PCI_DEVICES, infiniband.IBSTAT, infiniband.INFINIBAND,
+    system.DF, system.SWAPS, packages.MODULES, packages.PEERMEM_REGISTRATION,
+)}
