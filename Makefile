@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # Debian packages the test suite needs; installed by `make test` when missing.
 APT_PACKAGES ?= openssh-server openssh-client sudo
 
-.PHONY: install demo test lint apt-packages clean
+.PHONY: install demo test test-fast fuzz lint apt-packages clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ lint: install
 
 test: install apt-packages lint
 	$(BIN)/pytest
+
+# The pure parts: parsers, judgements, the fabric model, the spec, the layering; no cluster bring-up (< 60 s).
+test-fast: install
+	PROVISION_FUZZ_EXAMPLES=300 PROVISION_FUZZ_CASES=300 $(BIN)/pytest -m "fast and not slow" -q
+
+# The long run of the spec fuzzers: 10,000 mutated files through validate, 20,000 hypothesis mutants.
+fuzz: install
+	PROVISION_FUZZ_CASES=10000 PROVISION_FUZZ_EXAMPLES=20000 $(BIN)/pytest -q tests/test_spec_mutations.py tests/test_spec_fuzz.py
 
 clean:
 	rm -rf $(VENV) examples/.provision .pytest_cache .hypothesis

@@ -8,6 +8,8 @@ import pytest
 
 from topology.design import DesignError, FabricParameters, dimension
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 
 @pytest.mark.parametrize(
     ("hosts", "tiers", "leaves", "spines", "cores", "cables"),

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from topology.hostlist import HostlistError, compress, expand
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 # Expectations written from Slurm's documented behaviour of
 # `scontrol show hostnames` / `scontrol show hostlist`.
 SLURM_CASES = [

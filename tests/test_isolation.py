@@ -8,6 +8,8 @@ import pytest
 
 from provision.burnin.isolation import imbue_two_stage, isolate, lower_bound
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 
 def _oracle(bad: set[str], seen: list[list[list[str]]], min_group: int = 2):
     def run_round(groups: list[list[str]]) -> list[bool]:

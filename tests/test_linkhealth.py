@@ -12,6 +12,8 @@ from topology.design import FabricParameters, dimension
 from topology.fattree import HostRails, build_design
 from topology.model import HCA, Fabric
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 
 def fat_tree(hosts: int = 64, rails: int = 4, per_su: int = 8, radix: int = 16) -> Fabric:
     params = FabricParameters(hosts=hosts, rails=rails, hosts_per_su=per_su, switch_radix=radix, tiers=3)
@@ -148,6 +150,7 @@ def test_noise_lowers_what_one_test_can_tell_to_the_binary_channel_capacity():
     assert tomography.channel_capacity(0.5, 0.5) == pytest.approx(0.0)  # a coin toss tells nothing
 
 
+@pytest.mark.slow  # 14 s: left out of make test-fast
 def test_ecmp_routing_reports_cables_no_test_can_tell_apart():
     router = routes.Router(FABRIC)
     leaf = next(node for node in FABRIC.graph.nodes if FABRIC.graph.nodes[node]["kind"] == "leaf")

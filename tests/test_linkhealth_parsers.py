@@ -11,6 +11,8 @@ import pytest
 from tests.conftest import SHARED_FIXTURES
 from topology import carrier, counters, ufm_events
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 AZURE = SHARED_FIXTURES / "azurehpc" / "data"
 PERFQUERY = SHARED_FIXTURES / "infiniband_exporter" / "perfquery"
 needs_fixtures = pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="needs ../shared/fixtures")

@@ -12,6 +12,8 @@ from provision.checks.outcome import Outcome
 from provision.facts.nccl_debug import parse_nccl_debug
 from provision.observe import CommandResult
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 DATA = Path(__file__).parent / "data"
 
 

@@ -14,6 +14,8 @@ from topology import pairing
 from topology.model import CORE, SPINE
 from topology.routes import Router
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 
 def _rails(tmp_path: Path, hosts: str) -> tuple[Router, dict[str, list[str]]]:
     loaded = load_spec(write_spec(tmp_path, [], hosts=hosts))

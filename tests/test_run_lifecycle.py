@@ -17,6 +17,8 @@ from provision.cli import main
 from provision.sim import cluster as sim_cluster
 from provision.state import ClusterLock, NodeState, StateStore
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 CABLE = "leaf-su01-r1/5"  # a leaf-spine cable of the example's design
 
 

@@ -10,6 +10,8 @@ from provision.spec import SpecError, load_spec
 from provision.spec.thresholds import effective_thresholds
 from tests.conftest import BROKEN, EXAMPLES
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
 BROKEN_FILES = sorted(BROKEN.glob("*.yaml"))
 

@@ -7,16 +7,20 @@ checked for the invariants those phases rely on.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from provision.spec import SpecError, load_spec
 from tests.conftest import EXAMPLES
+
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
 
 BASE = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
 LOCATED = re.compile(r"^.+:\d+:\d+: ")
@@ -61,7 +65,10 @@ def _mutate(data: Any, path: tuple, action: str, value: Any) -> Any:
     return data
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ_EXAMPLES = int(os.environ.get("PROVISION_FUZZ_EXAMPLES", "2000"))  # make test-fast runs fewer
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(ALL_PATHS), st.sampled_from(["replace", "delete", "rename", "wrap"]),
                           _values), min_size=1, max_size=3))
 def test_mutated_specs_never_crash(tmp_path_factory, mutations) -> None:

@@ -22,6 +22,8 @@ import yaml
 from provision.cli import main
 from tests.conftest import EXAMPLES
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 CASES = int(os.environ.get("PROVISION_FUZZ_CASES", "600"))
 TEXTS = {path.name: path.read_text() for path in sorted(EXAMPLES.glob("*.yaml"))}
 DATA = {name: yaml.safe_load(text) for name, text in TEXTS.items()}

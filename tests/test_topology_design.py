@@ -13,6 +13,8 @@ from topology.fattree import HostRails, build_design
 from topology.model import HCA, LEAF, SPINE, Cable, Fabric
 from topology.rules import bisection_gbps, check_all
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 
 def _design(hosts: int, hosts_per_su: int, radix: int, rails: int = 8) -> Fabric:
     dims = dimension(FabricParameters(hosts=hosts, rails=rails, hosts_per_su=hosts_per_su, switch_radix=radix))

@@ -5,10 +5,14 @@ from __future__ import annotations
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+import pytest
+
 from provision.spec import load_spec
 from tests.conftest import EXAMPLES, run_cli
 from tests.simhelpers import write_spec
 from topology.hostlist import expand
+
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
 
 
 def _parse_topology(text: str) -> dict[str, dict[str, list[str]]]:

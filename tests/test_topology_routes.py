@@ -11,6 +11,8 @@ from topology.fattree import HostRails, build_design
 from topology.ibnetdiscover import parse, parse_guid_map
 from topology.routes import hop_distances, pairings_by_distance, route
 
+pytestmark = pytest.mark.fast  # pure: part of make test-fast
+
 SUPERBENCH = SHARED_FIXTURES / "superbench"
 
 

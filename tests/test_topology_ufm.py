@@ -18,8 +18,8 @@ from topology.audit import Link, compare, discovered_links
 from topology.cabling import PlanError, parse_plan
 from topology.ibnetdiscover import DumpError, parse
 
-pytestmark = pytest.mark.skipif(not SHARED_FIXTURES.is_dir(),
-                                reason="the real-output fixtures live in ../shared/fixtures, absent in this clone")
+pytestmark = [pytest.mark.fast, pytest.mark.skipif(not SHARED_FIXTURES.is_dir(),
+                                reason="the real-output fixtures live in ../shared/fixtures, absent in this clone")]
 UFM = SHARED_FIXTURES / "ufm_ndt"
 
 
