@@ -166,3 +166,11 @@ def test_a_problem_on_line_100_keeps_its_location(tmp_path: Path, capsys: pytest
     spec.write_text("\n".join([*padding, "bogus_key: 1", *lines]) + "\n")
     assert main(["validate", str(spec)]) == 2
     assert f"{spec}:100:1: bogus_key: unknown key 'bogus_key'" in capsys.readouterr().err
+
+
+def test_an_address_written_as_a_boolean_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the long run: ``address_start: true`` was taken as 0.0.0.1 (pydantic reads a bool as an int)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(re.sub(r"address_start: \S+", "address_start: true", TEXTS["sim-cluster.yaml"], count=1))
+    assert main(["validate", str(spec)]) == 2
+    assert "address_start: write the address as a dotted quad (e.g. 10.0.0.1), not True" in capsys.readouterr().err

@@ -82,6 +82,14 @@ class NodeGroup(Strict):
     address_start: ipaddress.IPv4Address | None = None
     bmc_address_start: ipaddress.IPv4Address | None = None
 
+    @field_validator("address_start", "bmc_address_start", mode="before")
+    @classmethod
+    def _dotted_quad(cls, value: Any) -> Any:
+        """An address is written as one: ``true`` or ``167772161`` would otherwise become 0.0.0.1 or 10.0.0.1."""
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"write the address as a dotted quad (e.g. 10.0.0.1), not {value!r}")
+        return value
+
 
 class Nodes(Strict):
     groups: Annotated[list[NodeGroup], Field(min_length=1)]
