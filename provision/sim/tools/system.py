@@ -58,9 +58,12 @@ def write_modules(root: Path, modules: list[str], driver: str | None = None) -> 
     for existing in module_dir.iterdir():
         if existing.name not in modules:
             shutil.rmtree(existing)
+    versions = {"nvidia_peermem": PEERMEM_VERSION, **({"nvidia": driver} if driver else {})}
     for name in modules:
         replace_file(module_dir / name / "initstate", "live\n")
         replace_file(module_dir / name / "refcnt", "0\n")
+        if name in versions:  # as the real modules do (MODULE_VERSION): present whenever loaded, registered or not
+            replace_file(module_dir / name / "version", versions[name] + "\n")
 
 
 def _register_peers(root: Path, state: dict) -> None:
