@@ -105,3 +105,13 @@ def test_no_import_cycles() -> None:
 def test_each_cli_module_stays_small() -> None:
     sizes = {path.name: len(path.read_text().splitlines()) for path in (ROOT / "provision" / "cli").glob("*.py")}
     assert sizes and max(sizes.values()) < 250, sizes
+
+
+def test_one_run_lifecycle() -> None:
+    """Only provision/run_context.py takes the lock, opens and ends runs: no command writes its own copy."""
+    lifecycle = ("ClusterLock(", "RunRecord(", ".start_run(", ".finish_run(", ".close_abandoned_runs(")
+    copies = sorted(f"{name} calls {call}" for name, path in MODULES.items()
+                    if name.startswith("provision") and name not in ("provision.run_context", "provision.state.store",
+                                                                      "provision.state.lock", "provision.runs")
+                    for call in lifecycle if call in path.read_text())
+    assert copies == []

@@ -113,3 +113,20 @@ def test_an_operator_move_without_a_spec_names_the_last_applied_spec(sim_spec: P
     assert last["command"] == "drain" and last["status"] == "succeeded"
     assert (last["spec_path"], last["spec_sha256"]) == (applied["spec_path"], applied["spec_sha256"])
     assert applied["spec_sha256"]
+
+
+def _tree(directory: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder with its size and mtime; SQLite's reader files (``-shm``/``-wal`` beside the
+    database, which any reader of a WAL database creates and which hold no data of ours) left out."""
+    return {str(path.relative_to(directory)): (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in sorted(directory.rglob("*")) if not path.name.endswith(("-shm", "-wal"))}
+
+
+def test_plan_writes_nothing(sim_spec: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan`` is read-only: no store row, no run, no simulated host built (it used to build them)."""
+    assert main(["sim", "up", str(sim_spec)]) == 0
+    state = sim_spec.parent / ".provision" / "sim16"
+    before = _tree(state)
+    assert main(["plan", str(sim_spec)]) == 0
+    assert "would converge 16 host(s) (not built yet: run apply)" in capsys.readouterr().out
+    assert _tree(state) == before
