@@ -5,6 +5,12 @@ Every worker multiplies the *same* seeded matrices, so on healthy hardware every
 controller compares the digests across the node (silent data corruption shows as the odd one out) and each
 GPU's throughput against its node-mates'. Timings are best-of-``repeats``: a slow GPU is slow every time,
 while a hiccup of the machine is not.
+
+On a GPU the matmul runs in **bf16** (the dtype of the catalog's peak; TF32 off so no other path is taken) over a
+short MAMF-style sweep of square shapes — ``matmul_n`` halved, as given and doubled, while three of them fit in a
+quarter of the GPU's memory — and the best shape counts: a GPU reaches its peak only at shapes that fill it.
+The dtype, the shapes swept and the best one are in every record. On the CPU the matmul stays fp32 at
+``matmul_n``, compared against the node-mates only.
 """
 
 from __future__ import annotations
@@ -18,13 +24,17 @@ import torch.distributed as dist
 from fabric_tests.devices import compute_clock, device_for, init_group, synchronize
 
 
-def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int) -> tuple[float, str]:
-    generator = torch.Generator().manual_seed(seed)
-    a = torch.randn(n, n, generator=generator).to(device)
-    b = torch.randn(n, n, generator=generator).to(device)
-    result = torch.matmul(a, b)  # warm-up, and the result whose digest is compared
-    synchronize(device)
-    digest = hashlib.sha256(result.cpu().numpy().tobytes()).hexdigest()
+def matmul_plan(device_type: str, n: int, free_bytes: int | None = None) -> tuple[torch.dtype, list[int]]:
+    """The dtype and square shapes a device's matmul is measured with (pure: what the records say)."""
+    if device_type != "cuda":
+        return torch.float32, [n]
+    shapes = sorted({max(256, n // 2 // 256 * 256), n, n * 2})
+    if free_bytes is not None:  # three bf16 matrices of a shape must fit in a quarter of the free memory
+        shapes = [size for size in shapes if 3 * 2 * size * size <= free_bytes // 4] or shapes[:1]
+    return torch.bfloat16, shapes
+
+
+def _time_matmul(device: torch.device, a: torch.Tensor, b: torch.Tensor, iters: int, repeats: int) -> float:
     best, clock = float("inf"), compute_clock(device)
     for _ in range(repeats):
         synchronize(device)
@@ -33,7 +43,32 @@ def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int) -
             torch.matmul(a, b)
         synchronize(device)
         best = min(best, clock() - started)
-    return 2 * n**3 * iters / best / 1e12, digest
+    return best
+
+
+def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int) -> dict:
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    dtype, shapes = matmul_plan(device.type, n, free)
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    result = torch.matmul(a, b)  # warm-up, and the result whose digest is compared
+    synchronize(device)
+    digest = hashlib.sha256(result.float().cpu().numpy().tobytes()).hexdigest()
+    by_shape = {}
+    for size in shapes:
+        if size != n:
+            a = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
+            b = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
+            torch.matmul(a, b)
+        by_shape[size] = 2 * size**3 * iters / _time_matmul(device, a, b, iters, repeats) / 1e12
+    best_n = max(by_shape, key=lambda size: by_shape[size])
+    return {"tflops": by_shape[best_n], "digest": digest, "dtype": str(dtype).removeprefix("torch."),
+            "shapes": shapes, "best_n": best_n, "tflops_by_n": {str(size): value for size, value in by_shape.items()},
+            "tf32": bool(device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)}
 
 
 def _memory_bandwidth(device: torch.device, nbytes: int, repeats: int) -> float:
@@ -68,12 +103,12 @@ def _allreduce(device: torch.device, context: dict, nbytes: int, iters: int) -> 
 def run(context: dict) -> dict:
     params = context["params"]
     device = device_for(context["local_rank"])
-    tflops, digest = _matmul(device, params["matmul_n"], params["matmul_iters"], params["repeats"], params["seed"])
+    matmul = _matmul(device, params["matmul_n"], params["matmul_iters"], params["repeats"], params["seed"])
     memory = _memory_bandwidth(device, params["memory_bytes"], params["repeats"])
     busbw, correct = 0.0, True
     if context["nproc"] > 1:
         init_group(context, context["local_rank"], context["nproc"], params["timeout_s"])
         busbw, correct = _allreduce(device, context, params["allreduce_bytes"], params["allreduce_iters"])
         dist.destroy_process_group()
-    return {"device": str(device), "tflops": tflops, "digest": digest, "memory_gbps": memory,
-            "allreduce_busbw_gbps": busbw, "allreduce_correct": correct}
+    return {"device": str(device), **matmul, "memory_gbps": memory, "allreduce_busbw_gbps": busbw,
+            "allreduce_correct": correct}

@@ -13,6 +13,12 @@ first launch's bit for bit (the controller compares the digests).
 
 Python's garbage collector is disabled and collected every ``gc_every`` steps outside the timed region, as
 large runs do, so a collection is not mistaken for a slow node, and slowness that *is* periodic is the node's.
+
+On a GPU the run is made deterministic before anything touches cuBLAS, or a bit-exact resume would fail healthy
+GPUs: ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, ``torch.use_deterministic_algorithms``, TF32 off, cuDNN deterministic,
+attention on the math kernel (the flash and memory-efficient backwards accumulate in a non-deterministic order).
+The settings are in every rank's record. Before a multi-node run trains, it proves ``checkpoint_dir`` is shared:
+each node writes a file there and every node must read every other node's, or the run stops with the paths.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ import hashlib
 import os
 import shutil
 import struct
+import time
 import warnings
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -101,8 +109,9 @@ def _train(model: nn.Module, optimizer: torch.optim.Optimizer, params: dict, ran
         inputs, targets = batch(params, rank, step, device)
         synchronize(device)
         started = clock()
-        loss = functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-        loss.backward()
+        with _attention_kernel(device):
+            loss = functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         synchronize(device)
@@ -140,6 +149,48 @@ def _checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer, path: str, *
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
+def deterministic(device: torch.device) -> dict:
+    """Make this process's CUDA work repeatable; returns the settings for the rank's record."""
+    if device.type != "cuda":
+        return {"device": "cpu", "deterministic_algorithms": False, "note": "CPU kernels are deterministic here"}
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS call of the process
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    return {"device": "cuda", "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"], "tf32": False,
+            "cudnn_deterministic": True, "attention": "math"}
+
+
+def _attention_kernel(device: torch.device):
+    if device.type != "cuda":
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
+
+
+def prove_shared(directory: str, node_rank: int, nnodes: int, *, timeout_s: float = 30.0) -> None:
+    """Each node writes a file into ``directory``; every node must see every other node's (then it is storage
+    the nodes share, as a sharded checkpoint needs). Called by local rank 0 of each node, between barriers."""
+    probe = os.path.join(directory, ".shared-check")
+    os.makedirs(probe, exist_ok=True)
+    with open(os.path.join(probe, f"node-{node_rank}"), "w") as handle:
+        handle.write(f"{node_rank}\n")
+    deadline = time.monotonic() + timeout_s  # network filesystems may show a new file a little later
+    while True:
+        missing = [other for other in range(nnodes) if not os.path.exists(os.path.join(probe, f"node-{other}"))]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if missing:
+        raise RuntimeError(f"checkpoint_dir {directory} is not shared between the nodes: node {node_rank} does not "
+                           f"see the file(s) node(s) {missing} wrote there (burnin.workload.checkpoint_dir must be "
+                           "storage every node mounts, e.g. NFS or Lustre)")
+
+
 def _rounded(values: list[float]) -> list[float]:
     return [float(f"{value:.5g}") for value in values]
 
@@ -148,14 +199,21 @@ def run(context: dict) -> dict:
     params = context["params"]
     rank, world = context["rank"], context["nproc"] * context["nnodes"]
     device = device_for(context["local_rank"])
+    settings = deterministic(device)
     init_group(context, rank, world, params["timeout_s"])
     # FSDP2 warns that the model's output is a view (a Linear over 3-D input); nothing here modifies it in place
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module", category=UserWarning)
     gc.disable()
     steps, saved_at = params["steps"], params["checkpoint_step"]
     path = os.path.join(params["checkpoint_dir"], "fsdp")
-    result: dict = {"device": str(device), "phase": params["phase"]}
+    result: dict = {"device": str(device), "phase": params["phase"], "determinism": settings}
     try:
+        if params["phase"] == "train" and context["nnodes"] > 1 and params["checkpoint_step"] >= 0:
+            dist.barrier()
+            if context["local_rank"] == 0:
+                prove_shared(params["checkpoint_dir"], context["node_rank"], context["nnodes"])
+            dist.barrier()
+            result["checkpoint_dir_shared"] = True
         if params["phase"] == "train":
             from torch.nn.parallel import DistributedDataParallel
 

@@ -17,8 +17,8 @@ from typing import Any
 from provision.burnin.isolation import Isolation, isolate, lower_bound
 from provision.burnin.launch import LaunchResult, NodeRun, launch
 from provision.burnin.verdict import NodeVerdict, judge
+from provision.checks.node_stage import judge_nccl_transport, judge_node_records
 from provision.checks.outcome import CheckResult, Outcome
-from provision.facts.nccl_debug import parse_nccl_debug
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds
@@ -68,57 +68,7 @@ def judge_node(run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckR
     if problems:
         return [CheckResult("node_test", Outcome.FAILED, problems[0], "look at the worker's stack dump in the run "
                             "directory; reset the GPU, reboot if it repeats", problems)]
-    results = sorted(run.of("result"), key=lambda record: record["local_rank"])
-    on_gpu = results[0]["device"].startswith("cuda")
-    checks = []
-
-    # a wrong answer outranks a slow one: the bit-exact check is judged (and reported) first
-    digests = [record["digest"] for record in results]
-    majority = max(set(digests), key=digests.count)
-    odd = [record["local_rank"] for record in results if record["digest"] != majority]
-    checks.append(CheckResult(
-        "bit_exact", Outcome.FAILED if odd else Outcome.OK,
-        f"GPU(s) {odd} computed a different result from identical inputs (silent data corruption)" if odd
-        else f"{len(results)} GPUs computed bit-identical results",
-        "run dcgmi diag -r 4 on the node; RMA the GPU if it repeats" if odd else "",
-        [f"GPU {record['local_rank']}: {record['digest'][:16]}" for record in results]))
-
-    tflops = [record["tflops"] for record in results]
-    median = statistics.median(tflops)
-    floor = limits["matmul_peer_fraction"] * median
-    slow = [f"GPU {record['local_rank']} at {record['tflops'] / median:.0%} of its node-mates' matmul throughput"
-            for record in results if record["tflops"] < floor]
-    if on_gpu:
-        slow += [f"GPU {record['local_rank']}: {record['tflops']:.0f} TFLOPS, below {limits['matmul_tflops']:g}"
-                 for record in results if record["tflops"] < limits["matmul_tflops"]]
-    evidence = [f"GPU {record['local_rank']}: {record['tflops']:.4g} TFLOPS" for record in results]
-    checks.append(CheckResult("matmul", Outcome.FAILED if slow else Outcome.OK,
-                              slow[0] if slow else f"matmul median {median:.4g} TFLOPS, every GPU within "
-                              f"{1 - limits['matmul_peer_fraction']:.0%} of it", "check clocks and throttle "
-                              "reasons under load; reseat or RMA the GPU" if slow else "", evidence))
-
-    wrong = [record["local_rank"] for record in results if not record["allreduce_correct"]]
-    busbw = min(record["allreduce_busbw_gbps"] for record in results)
-    if wrong:
-        checks.append(CheckResult("intranode_allreduce", Outcome.FAILED, f"all_reduce returned wrong sums on GPUs "
-                                  f"{wrong}", "check NVLink and nvidia-fabricmanager"))
-    elif on_gpu and gpus > 1 and busbw < limits["intranode_allreduce_busbw_gbps"]:
-        checks.append(CheckResult("intranode_allreduce", Outcome.FAILED, f"intra-node all_reduce busbw {busbw:.0f} "
-                                  f"GB/s, below {limits['intranode_allreduce_busbw_gbps']:g}",
-                                  "check NVLink status and the fabric manager"))
-    else:
-        checks.append(CheckResult("intranode_allreduce", Outcome.OK if on_gpu else Outcome.SILENCED,
-                                  f"all_reduce correct, busbw {busbw:.3g} GB/s" + ("" if on_gpu else
-                                                                                  " (CPU backend: not judged)")))
-    memory = min(record["memory_gbps"] for record in results)
-    if on_gpu and memory < limits["memory_bandwidth_gbps"]:
-        checks.append(CheckResult("memory_bandwidth", Outcome.FAILED, f"device memory copy {memory:.0f} GB/s, "
-                                  f"below {limits['memory_bandwidth_gbps']:g}", "reset the GPU; RMA if it repeats"))
-    else:
-        checks.append(CheckResult("memory_bandwidth", Outcome.OK if on_gpu else Outcome.SILENCED,
-                                  f"slowest device copy {memory:.3g} GB/s" + ("" if on_gpu else
-                                                                             " (CPU backend: not judged)")))
-    return checks
+    return judge_node_records(run.of("result"), gpus, limits)
 
 
 def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
@@ -262,28 +212,10 @@ def stragglers(result: LaunchResult, limit_mad: float) -> dict[str, float]:
 
 
 def judge_transport(run: NodeRun, *, gpudirect: bool) -> CheckResult:
-    """The transport NCCL chose on this node, from its NCCL_DEBUG=INFO lines: InfiniBand, and GPUDirect RDMA
-    where the spec enables it; sockets fail the node. Gloo (the CPU backend) has no such choice to check."""
-    devices = {record.get("device", "") for record in run.of("result")}
-    if not any(device.startswith("cuda") for device in devices):
-        return CheckResult("nccl_transport", Outcome.SILENCED, "gloo backend (no GPU): no NCCL transport to check")
+    """NCCL's transport on this node (see :func:`provision.checks.node_stage.judge_nccl_transport`)."""
+    devices = {str(record.get("device", "")) for record in run.of("result")}
     text = (run.command.stdout + "\n" + run.command.stderr) if run.command else ""
-    found = parse_nccl_debug(text)
-    evidence = [f"networks {sorted(found.networks)}, IB devices {found.ib_devices}, channels via IB "
-                f"{found.channels_ib} (GDRDMA {found.channels_ib_gdr}), via sockets {found.channels_socket}"]
-    if not found.lines:
-        return CheckResult("nccl_transport", Outcome.UNKNOWN, "no NCCL INFO lines in the workers' output (is "
-                           "NCCL_DEBUG overridden in burnin.nccl_env?)", "leave NCCL_DEBUG unset in the spec",
-                           evidence)
-    if "Socket" in found.networks or found.channels_socket:
-        return CheckResult("nccl_transport", Outcome.FAILED, "NCCL fell back to TCP sockets instead of InfiniBand",
-                           "check NCCL_IB_HCA, that the HCAs are ACTIVE and that libibverbs is installed", evidence)
-    if gpudirect and found.channels_ib and found.channels_ib_gdr < found.channels_ib:
-        return CheckResult("nccl_transport", Outcome.FAILED, f"{found.channels_ib - found.channels_ib_gdr} of "
-                           f"{found.channels_ib} IB channels without GPUDirect RDMA (no GDRDMA)",
-                           "check that nvidia-peermem is loaded and PCIe ACS is off on the GPU-HCA paths", evidence)
-    return CheckResult("nccl_transport", Outcome.OK, "NCCL used InfiniBand" + (" with GPUDirect RDMA" if gpudirect
-                                                                              else ""), "", evidence)
+    return judge_nccl_transport(text, devices, gpudirect=gpudirect)
 
 
 def wrong_results(result: LaunchResult) -> list[str]:

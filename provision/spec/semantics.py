@@ -72,6 +72,7 @@ def resolve(spec: ClusterSpec, spec_dir: Path) -> Resolution:
     fabric = _check_fabric(spec, len(nodes), spec_dir, problems)
     _check_paths(spec, spec_dir, problems)
     _check_faults(spec, {node.name: node for node in nodes}, problems)
+    _check_checkpoint_dir(spec, len(nodes), problems)
     if fabric is not None and not problems:
         _check_cable_targets(spec, nodes, fabric, problems)
     return Resolution(nodes, fabric, problems)
@@ -242,6 +243,27 @@ def _check_fabric(spec: ClusterSpec, host_count: int, spec_dir: Path, problems: 
         path: Path_ = ("nodes", "groups") if error.parameter == "nodes" else ("fabric", error.parameter)
         problems.append(Problem(path, f"the fabric cannot be built non-blocking: {error.message}"))
         return None
+
+
+#: Folders every Linux host has on its own disk or in memory: never storage the nodes share.
+NODE_LOCAL_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+
+
+def _check_checkpoint_dir(spec: ClusterSpec, host_count: int, problems: list[Problem]) -> None:
+    """A multi-node training stage saves a sharded checkpoint that other processes load: on real hosts the
+    folder must be shared. A node-local folder is refused here; the training stage also proves it at run time.
+    The simulated cluster's hosts share one machine, so any folder is shared there."""
+    burnin = spec.burnin
+    if burnin is None or spec.simulation is not None or host_count < 2 or "training" not in burnin.stages:
+        return
+    folder = burnin.workload.checkpoint_dir.rstrip("/") or "/"
+    local = next((root for root in NODE_LOCAL_DIRS if folder == root or folder.startswith(root + "/")), None)
+    if local is not None:
+        problems.append(Problem(("burnin", "workload", "checkpoint_dir"),
+                                f"{folder} is on each node's own {local}: the training stage's sharded checkpoint "
+                                "must be read back by other processes on other nodes",
+                                "name a folder every node mounts (NFS, Lustre, ...), "
+                                "e.g. /shared/provision/checkpoints"))
 
 
 def _check_paths(spec: ClusterSpec, spec_dir: Path, problems: list[Problem]) -> None:

@@ -1,0 +1,124 @@
+"""The node stage's judgements and NCCL's transport, as pure functions of what the workers reported.
+
+Each worker of a node reports one record (``fabric_tests/node_test.py``): its device, the matmul dtype and
+shapes it swept with the best TFLOPS among them, the digest of an identical computation, its device memory copy
+bandwidth and the intra-node all-reduce bus bandwidth. On a GPU the figures are judged against the GPU model's
+catalog figures times the spec's efficiencies *and* against the node-mates; on the CPU backend (CI, the
+simulated cluster) only the comparisons that hold on any device are judged.
+
+The catalog's matmul peak is **dense bf16**: a figure measured in another dtype cannot be held against it (an
+fp32 matmul reaches ~6% of it on an H100), so such a record makes the absolute check ``unknown`` rather than
+failing every node of the fleet.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from provision.checks.outcome import CheckResult, Outcome
+from provision.facts.nccl_debug import parse_nccl_debug
+
+#: The dtype the catalog's matmul peak is stated in.
+PEAK_DTYPE = "bfloat16"
+
+
+def on_gpu(records: list[dict[str, Any]]) -> bool:
+    return bool(records) and all(str(record["device"]).startswith("cuda") for record in records)
+
+
+def judge_bit_exact(records: list[dict[str, Any]]) -> CheckResult:
+    digests = [record["digest"] for record in records]
+    majority = max(set(digests), key=digests.count)
+    odd = [record["local_rank"] for record in records if record["digest"] != majority]
+    return CheckResult(
+        "bit_exact", Outcome.FAILED if odd else Outcome.OK,
+        f"GPU(s) {odd} computed a different result from identical inputs (silent data corruption)" if odd
+        else f"{len(records)} GPUs computed bit-identical results",
+        "run dcgmi diag -r 4 on the node; RMA the GPU if it repeats" if odd else "",
+        [f"GPU {record['local_rank']}: {record['digest'][:16]}" for record in records])
+
+
+def judge_matmul(records: list[dict[str, Any]], limits: dict[str, float]) -> CheckResult:
+    """Every GPU within ``matmul_peer_fraction`` of its node-mates' median and, on a GPU measured in bf16,
+    above ``matmul_tflops`` (catalog dense bf16 peak x efficiency)."""
+    tflops = [record["tflops"] for record in records]
+    median = statistics.median(tflops)
+    floor = limits["matmul_peer_fraction"] * median
+    slow = [f"GPU {record['local_rank']} at {record['tflops'] / median:.0%} of its node-mates' matmul throughput"
+            for record in records if record["tflops"] < floor]
+    evidence = [f"GPU {record['local_rank']}: {record['tflops']:.4g} TFLOPS"
+                + (f" ({record['dtype']}, best of n={record.get('shapes')} at n={record.get('best_n')})"
+                   if "dtype" in record else "") for record in records]
+    remediation = "check clocks and throttle reasons under load; reseat or RMA the GPU"
+    if on_gpu(records):
+        dtypes = sorted({str(record.get("dtype", "float32")) for record in records})
+        if dtypes != [PEAK_DTYPE]:
+            if slow:
+                return CheckResult("matmul", Outcome.FAILED, slow[0], remediation, evidence)
+            return CheckResult("matmul", Outcome.UNKNOWN, f"matmul measured in {', '.join(dtypes)}; the limit "
+                               f"{limits['matmul_tflops']:g} TFLOPS is a dense {PEAK_DTYPE} figure",
+                               "run the node stage of this release (it measures in bf16 on GPUs)", evidence)
+        slow += [f"GPU {record['local_rank']}: {record['tflops']:.0f} TFLOPS {PEAK_DTYPE}, below "
+                 f"{limits['matmul_tflops']:g}" for record in records if record["tflops"] < limits["matmul_tflops"]]
+    if slow:
+        return CheckResult("matmul", Outcome.FAILED, slow[0], remediation, evidence)
+    return CheckResult("matmul", Outcome.OK, f"matmul median {median:.4g} TFLOPS, every GPU within "
+                       f"{1 - limits['matmul_peer_fraction']:.0%} of it", "", evidence)
+
+
+def judge_intranode_allreduce(records: list[dict[str, Any]], gpus: int, limits: dict[str, float]) -> CheckResult:
+    wrong = [record["local_rank"] for record in records if not record["allreduce_correct"]]
+    busbw = min(record["allreduce_busbw_gbps"] for record in records)
+    if wrong:
+        return CheckResult("intranode_allreduce", Outcome.FAILED, f"all_reduce returned wrong sums on GPUs {wrong}",
+                           "check NVLink and nvidia-fabricmanager")
+    if on_gpu(records) and gpus > 1 and busbw < limits["intranode_allreduce_busbw_gbps"]:
+        return CheckResult("intranode_allreduce", Outcome.FAILED, f"intra-node all_reduce busbw {busbw:.0f} GB/s, "
+                           f"below {limits['intranode_allreduce_busbw_gbps']:g}",
+                           "check NVLink status and the fabric manager")
+    judged = on_gpu(records)
+    return CheckResult("intranode_allreduce", Outcome.OK if judged else Outcome.SILENCED,
+                       f"all_reduce correct, busbw {busbw:.3g} GB/s" + ("" if judged else " (CPU backend: not judged)"))
+
+
+def judge_memory_bandwidth(records: list[dict[str, Any]], limits: dict[str, float]) -> CheckResult:
+    memory = min(record["memory_gbps"] for record in records)
+    if on_gpu(records) and memory < limits["memory_bandwidth_gbps"]:
+        slowest = min(records, key=lambda record: record["memory_gbps"])
+        return CheckResult("memory_bandwidth", Outcome.FAILED, f"GPU {slowest['local_rank']}: device memory copy "
+                           f"{memory:.0f} GB/s, below {limits['memory_bandwidth_gbps']:g}",
+                           "reset the GPU; RMA if it repeats")
+    judged = on_gpu(records)
+    return CheckResult("memory_bandwidth", Outcome.OK if judged else Outcome.SILENCED,
+                       f"slowest device copy {memory:.3g} GB/s" + ("" if judged else " (CPU backend: not judged)"))
+
+
+def judge_node_records(records: list[dict[str, Any]], gpus: int, limits: dict[str, float]) -> list[CheckResult]:
+    """A node's checks, a wrong answer first (it outranks a slow one)."""
+    records = sorted(records, key=lambda record: record["local_rank"])
+    return [judge_bit_exact(records), judge_matmul(records, limits),
+            judge_intranode_allreduce(records, gpus, limits), judge_memory_bandwidth(records, limits)]
+
+
+def judge_nccl_transport(text: str, devices: set[str], *, gpudirect: bool) -> CheckResult:
+    """The transport NCCL chose, from its NCCL_DEBUG=INFO lines: InfiniBand, and GPUDirect RDMA where the spec
+    enables it; sockets fail the node. Gloo (the CPU backend) has no such choice to check."""
+    if not any(device.startswith("cuda") for device in devices):
+        return CheckResult("nccl_transport", Outcome.SILENCED, "gloo backend (no GPU): no NCCL transport to check")
+    found = parse_nccl_debug(text)
+    evidence = [f"networks {sorted(found.networks)}, IB devices {found.ib_devices}, channels via IB "
+                f"{found.channels_ib} (GDRDMA {found.channels_ib_gdr}), via sockets {found.channels_socket}"]
+    if not found.lines:
+        return CheckResult("nccl_transport", Outcome.UNKNOWN, "no NCCL INFO lines in the workers' output (is "
+                           "NCCL_DEBUG overridden in burnin.nccl_env?)", "leave NCCL_DEBUG unset in the spec",
+                           evidence)
+    if "Socket" in found.networks or found.channels_socket:
+        return CheckResult("nccl_transport", Outcome.FAILED, "NCCL fell back to TCP sockets instead of InfiniBand",
+                           "check NCCL_IB_HCA, that the HCAs are ACTIVE and that libibverbs is installed", evidence)
+    if gpudirect and found.channels_ib and found.channels_ib_gdr < found.channels_ib:
+        return CheckResult("nccl_transport", Outcome.FAILED, f"{found.channels_ib - found.channels_ib_gdr} of "
+                           f"{found.channels_ib} IB channels without GPUDirect RDMA (no GDRDMA)",
+                           "check that nvidia-peermem is loaded and PCIe ACS is off on the GPU-HCA paths", evidence)
+    return CheckResult("nccl_transport", Outcome.OK, "NCCL used InfiniBand" + (" with GPUDirect RDMA" if gpudirect
+                                                                              else ""), "", evidence)
