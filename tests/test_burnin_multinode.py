@@ -60,6 +60,14 @@ def test_slow_gpu_is_named_and_confirmed(burned_in: dict) -> None:
     assert "confirmed on a repeat" in burned_in["nodes"]["sim02"]["reason"]
 
 
+def test_node_stage_records_its_settings_per_rank(burned_in: dict) -> None:
+    rows = json.loads((burned_in["run_dir"] / "workers" / "node.json").read_text())
+    assert {row["node"] for row in rows} >= {"sim01", "sim06"}
+    for row in rows:  # on CPU workers: fp32 at matmul_n; on a GPU these say bfloat16 and the shapes swept
+        assert row["dtype"] == "float32" and row["shapes"] == [row["best_n"]] and row["tf32"] is False, row
+        assert row["tflops"] > 0 and str(row["best_n"]) in row["tflops_by_n"]
+
+
 def test_busbw_is_recorded_per_scope_and_operation(burned_in: dict) -> None:
     report = json.loads((burned_in["run_dir"] / "workers" / "collectives.json").read_text())
     rows = report[-1]["busbw"]

@@ -40,6 +40,8 @@ def test_healthy_nodes_train_and_resume_bit_exactly(burned_in: dict) -> None:
     for row in report:
         for mode in ("ddp", "fsdp"):
             assert row[mode]["loss_last"] < 0.9 * row[mode]["loss_first"], row
+        assert row["determinism"]["device"] == "cpu"  # on a GPU: the CUDA deterministic settings in force
+        assert row["checkpoint_dir_shared"] is True  # every node saw every other node's file there
 
 
 def test_periodic_slowness_is_reported_as_such(burned_in: dict) -> None:

@@ -74,6 +74,7 @@ def judge_node(run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckR
 def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
                   evidence_dir: Path, batch: int) -> dict[str, list[CheckResult]]:
     checks = {}
+    records: list[dict[str, Any]] = []
     by_count: dict[int, list[ResolvedNode]] = {}
     for node in nodes:  # one launch starts the same number of workers on every node it takes
         by_count.setdefault(loaded.spec.hardware[node.hardware].gpu.count, []).append(node)
@@ -85,6 +86,11 @@ def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path
             keep_logs(result, evidence_dir)
             for node, run in zip(chunk, result.nodes, strict=True):
                 checks[node.name] = judge_node(run, gpus, stage_limits(loaded, node))
+                records += [{"node": node.name, **{key: value for key, value in record.items() if key != "type"}}
+                            for record in sorted(run.of("result"), key=lambda record: record["local_rank"])]
+    # per rank: device, matmul dtype, shapes swept and best, TF32, TFLOPS, copy GB/s, all_reduce busbw
+    evidence_dir.mkdir(parents=True, exist_ok=True)
+    (evidence_dir / "node.json").write_text(json.dumps(records, indent=1, default=str))
     return checks
 
 

@@ -133,7 +133,9 @@ def training_report(trained: LaunchResult) -> list[dict[str, Any]]:
     rows = []
     for run in trained.nodes:
         for record in sorted(run.of("result"), key=lambda record: record["local_rank"]):
-            row: dict[str, Any] = {"node": run.node, "gpu": record["local_rank"], "device": record["device"]}
+            row: dict[str, Any] = {"node": run.node, "gpu": record["local_rank"], "device": record["device"],
+                                   "determinism": record.get("determinism"),
+                                   "checkpoint_dir_shared": record.get("checkpoint_dir_shared")}
             for mode in ("ddp", "fsdp"):
                 spread, shape = step_time_shape(record[f"{mode}_step_s"])
                 row[mode] = {"loss_first": record[f"{mode}_losses"][0], "loss_last": record[f"{mode}_losses"][-1],
