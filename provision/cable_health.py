@@ -321,8 +321,8 @@ def execute_disables(disables: list[PortDisable], session: HostSession, timeout_
         if item.guid is None:
             rows.append({**row, "result": "skipped", "detail": "GUID unknown: pass --observed DUMP"})
             continue
-        change = session.run(item.command(), timeout_s)
-        query = session.run(["ibportstate", "-G", item.guid, str(item.port), "query"], timeout_s) \
+        change = session.run(item.command(), timeout_s, become=True)
+        query = session.run(["ibportstate", "-G", item.guid, str(item.port), "query"], timeout_s, become=True) \
             if change.ok else change
         state = final_state(query.stdout) if query.ok else None
         if state is not None and state[1] == "Disabled":

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from provision.connection import connection_model
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
@@ -43,22 +44,12 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
         "gpu_driver_nvswitch": profile.nvlink.nvswitch,
         "provision_scalable_unit": node.scalable_unit,
     }
-    connection = spec.connection
-    if connection.transport == "local":
+    if spec.connection.transport == "local":
         # the reboot module refuses a local connection (it would reboot the controller): reboot by command
         variables.update(ansible_connection="local", ansible_python_interpreter=sys.executable,
                          provision_reboot_via="command")
     else:
-        variables.update(ansible_host=node.address, ansible_connection="ssh", ansible_user=connection.user,
-                         ansible_port=connection.port, ansible_become=connection.become)
-        options = ["-o StrictHostKeyChecking=yes"]
-        if connection.known_hosts:
-            options.append(f"-o UserKnownHostsFile={connection.known_hosts}")
-        if connection.jump_host:
-            options.append(f"-J {connection.jump_host}")
-        variables["ansible_ssh_common_args"] = " ".join(options)
-        if connection.key_file:
-            variables["ansible_ssh_private_key_file"] = str(connection.key_file)
+        variables.update(connection_model(loaded).ansible_vars(node.address))
     if spec.simulation is not None and spec.simulation.presentation == "prefix":
         paths = sim_cluster.node_paths(state_dir, node.name)
         variables.update(

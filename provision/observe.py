@@ -12,6 +12,8 @@ simulator.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
 import os
 import shlex
 import signal
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from provision import inventory
+from provision.connection import ConnectionModel, become_argv, connection_model, refused_by_sudo
+from provision.secrets import resolve as resolve_secret
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 
@@ -35,13 +39,17 @@ class CommandResult:
     stderr: str
     seconds: float
     timed_out: bool = False
+    refused_root: str = ""  # sudo's refusal, or why the command could not run as root
 
     @property
     def ok(self) -> bool:
         return self.rc == 0 and not self.timed_out
 
     def problem(self) -> str:
-        """One line saying why the command's output cannot be trusted."""
+        """One line saying why the command's output cannot be trusted; ``needs root: <what sudo said>`` when
+        the privilege was refused, so exactly the checks that needed it say why."""
+        if self.refused_root:
+            return f"needs root: {self.refused_root}"
         command = shlex.join(self.argv)
         if self.timed_out:
             return f"{command} timed out after {self.seconds:.0f} s"
@@ -52,7 +60,7 @@ class CommandResult:
 class HostSession(Protocol):
     host: str
 
-    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult: ...
+    def run(self, argv: Sequence[str], timeout_s: float, *, become: bool = False) -> CommandResult: ...
 
     def read_text(self, path: str) -> str | None: ...
 
@@ -72,7 +80,14 @@ class LocalSession:
     def _path(self, path: str) -> Path:
         return self.root / path.lstrip("/")
 
-    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+    def run(self, argv: Sequence[str], timeout_s: float, *, become: bool = False) -> CommandResult:
+        if become and os.geteuid() != 0:  # the controller's own user: sudo, never waiting for a password
+            result = self._run(become_argv(list(argv), with_password=False), timeout_s)
+            refusal = refused_by_sudo(result.stderr) if not result.ok else None
+            return dataclasses.replace(result, argv=tuple(argv), refused_root=refusal or "")
+        return self._run(argv, timeout_s)
+
+    def _run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
         started = time.monotonic()
         try:
             process = subprocess.Popen(list(argv), env=self.environment, stdout=subprocess.PIPE,
@@ -115,46 +130,51 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
 
 
 class SshSession:
-    """One SSH connection per host (fabric on paramiko), shared by every command of a check run.
+    """One SSH connection per host (fabric on paramiko), shared by every command of a check run, through the
+    spec's jump host when it names one.
 
-    Host keys are checked against the known_hosts the spec names (or the user's): an unknown key is refused,
-    never added.
+    Host keys are checked against the known_hosts the spec names (or the user's), the jump host's too: an
+    unknown key is refused, never added. ``become`` runs a command through sudo (``-n``, or ``-S`` with the
+    become password on stdin); sudo's refusal comes back as ``needs root: <what sudo said>``.
     """
 
-    def __init__(self, host: str, address: str, *, user: str, port: int, key_file: Path | None,
-                 known_hosts: Path | None, timeout_s: float, root: str = "/",
-                 environment: Mapping[str, str] | None = None) -> None:
-        import paramiko
-        from fabric import Connection
-
+    def __init__(self, host: str, address: str, model: ConnectionModel, *, root: str = "/",
+                 environment: Mapping[str, str] | None = None, become_password: str | None = None) -> None:
         self.host = host
+        self.user = model.user
         self.root = root.rstrip("/")
         self.environment = dict(environment or {})
-        connect_kwargs: dict[str, Any] = {"banner_timeout": timeout_s}
-        if key_file:
-            connect_kwargs["key_filename"] = str(key_file)
-        self.connection = Connection(address, user=user, port=port, connect_kwargs=connect_kwargs,
-                                     connect_timeout=int(timeout_s))
-        client = self.connection.client
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        if known_hosts:
-            client.load_host_keys(str(known_hosts))
-        else:
-            client.load_system_host_keys()
+        self.become_password = become_password
+        self.become_enabled = model.become
+        gateway = _connection(model.jump.host, model.jump.user or model.user, model.jump.port, model) \
+            if model.jump else None
+        self.connection = _connection(address, model.user, model.port, model, gateway=gateway)
         self.connection.open()  # now, once: the checks then share it from several threads
 
-    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+    def run(self, argv: Sequence[str], timeout_s: float, *, become: bool = False) -> CommandResult:
         started = time.monotonic()
+        prefix = ["env", *(f"{name}={value}" for name, value in self.environment.items())] \
+            if self.environment else []
+        command = [*prefix, *argv]
+        stdin: Any = False
+        escalate = become and self.user != "root" and self.become_enabled
+        if escalate:
+            command = become_argv(command, with_password=self.become_password is not None)
+            stdin = io.StringIO(self.become_password + "\n") if self.become_password is not None else False
         try:
-            prefix = ["env", *(f"{name}={value}" for name, value in self.environment.items())] \
-                if self.environment else []
-            result = self.connection.run(shlex.join([*prefix, *argv]), hide=True, warn=True, timeout=timeout_s,
-                                         in_stream=False)
+            result = self.connection.run(shlex.join(command), hide=True, warn=True, timeout=timeout_s,
+                                         in_stream=stdin)
         except Exception as error:
             timed_out = "timed out" in str(error).lower() or type(error).__name__ == "CommandTimedOut"
             return CommandResult(tuple(argv), 255, "", f"{type(error).__name__}: {error}",
                                  time.monotonic() - started, timed_out=timed_out)
-        return CommandResult(tuple(argv), result.exited, result.stdout, result.stderr, time.monotonic() - started)
+        refusal = None
+        if become and result.exited != 0 and self.user != "root":
+            lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
+            refusal = refused_by_sudo(result.stderr) if escalate else (
+                f"connection.become is off and {self.user} is not root: {lines[-1] if lines else 'refused'}")
+        return CommandResult(tuple(argv), result.exited, result.stdout, result.stderr, time.monotonic() - started,
+                             refused_root=refusal or "")
 
     def read_text(self, path: str) -> str | None:
         result = self.run(["cat", "--", self.root + path], 30)
@@ -170,15 +190,39 @@ class SshSession:
 
     def close(self) -> None:
         self.connection.close()
+        if self.connection.gateway is not None and hasattr(self.connection.gateway, "close"):
+            self.connection.gateway.close()
 
 
-def open_session(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> HostSession:
+def _connection(address: str, user: str, port: int, model: ConnectionModel, *, gateway: Any = None) -> Any:
+    """A fabric Connection that refuses unknown host keys (checked against the spec's known_hosts)."""
+    import paramiko
+    from fabric import Connection
+
+    connect_kwargs: dict[str, Any] = {"banner_timeout": model.timeout_s}
+    if model.key_file:
+        connect_kwargs["key_filename"] = str(model.key_file)
+    connection = Connection(address, user=user, port=port, connect_kwargs=connect_kwargs,
+                            connect_timeout=model.timeout_s, gateway=gateway)
+    client = connection.client
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    if model.known_hosts:
+        client.load_host_keys(str(model.known_hosts))
+    else:
+        client.load_system_host_keys()
+    return connection
+
+
+def open_session(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, *,
+                 become_password: str | None = None) -> HostSession:
     """The session the inventory describes for ``node``: the one switch between real and simulated hosts."""
     variables = inventory.host_vars(loaded, node, state_dir)
     root, environment = variables.get("hw_root") or "/", variables.get("provision_environment")
     if variables.get("ansible_connection") == "local":
         return LocalSession(node.name, Path(root), environment)
     connection = loaded.spec.connection
-    return SshSession(node.name, node.address, user=connection.user, port=connection.port,
-                      key_file=connection.key_file, known_hosts=connection.known_hosts,
-                      timeout_s=connection.timeout_s, root=root, environment=environment)
+    if become_password is None and connection.become and connection.become_password is not None:
+        become_password = resolve_secret(connection.become_password, what="connection.become_password",
+                                         spec_dir=loaded.path.parent)  # at the moment of use, never kept
+    return SshSession(node.name, node.address, connection_model(loaded), root=root, environment=environment,
+                      become_password=become_password)

@@ -107,7 +107,7 @@ def collect(session: HostSession, timeout_s: float) -> Gathered:
     gathered = Gathered()
 
     def command(probe: Fact) -> tuple[str, CommandResult]:
-        return probe.name, session.run(probe.argv, timeout_s)
+        return probe.name, session.run(probe.argv, timeout_s, become=probe.needs_root)
 
     with ThreadPoolExecutor(max_workers=len(PROBES)) as pool:
         results = list(pool.map(command, PROBES))

@@ -1,0 +1,161 @@
+"""The one connection model: jump host, ``~`` in paths, become through sudo — for Ansible and our own sessions.
+
+A real OpenSSH bastion and a real node sshd on loopback: the burn-in's session reaches the node through the
+bastion (with the bastion stopped it cannot), runs as the unprivileged login user, and becomes root through
+sudo with the spec's become password on stdin. A refused privilege comes back as ``needs root: <what sudo
+said>``, and preflight then makes exactly the checks that needed root ``unknown`` with that evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provision.checks import preflight
+from provision.checks.outcome import Outcome
+from provision.connection import ConnectionModel, connection_model, parse_jump_host, refused_by_sudo
+from provision.observe import SshSession
+from provision.spec import load_spec
+from tests.conftest import EXAMPLES
+from tests.sshd import SSHD, USER, LoopbackSshd, run, stop, wait_listening
+
+needs_sshd = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SSHD) or not shutil.which("sudo"),
+                                reason="needs root, OpenSSH's sshd and sudo (make test installs them)")
+SUDOERS = Path("/etc/sudoers.d/provision-test-connection")
+PASSWORD = "staple-orbit-7c2e"
+
+
+def test_jump_host_syntax() -> None:
+    assert str(parse_jump_host("ops@bastion.example:2222")) == "ops@bastion.example:2222"
+    assert parse_jump_host("10.0.0.5") == parse_jump_host("10.0.0.5:22")
+    assert parse_jump_host("10.0.0.5").user is None
+
+
+@pytest.mark.parametrize(("stderr", "said"), [
+    ("sudo: a password is required\n", "sudo: a password is required"),
+    ("provision is not in the sudoers file.  This incident will be reported.\n",
+     "provision is not in the sudoers file.  This incident will be reported."),
+    ("Sorry, try again.\nsudo: 1 incorrect password attempt\n", "sudo: 1 incorrect password attempt"),
+    ("Sorry, user provision may not run sudo on gpu-a17.\n", "Sorry, user provision may not run sudo on gpu-a17."),
+    ("dmesg: read kernel buffer failed: Operation not permitted\n", None),
+])
+def test_sudo_refusals_are_told_from_command_failures(stderr: str, said: str | None) -> None:
+    assert refused_by_sudo(stderr) == said
+
+
+def test_paths_take_tilde_and_the_spec_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    data = yaml.safe_load((EXAMPLES / "h100-511.yaml").read_text())
+    data["connection"].update(key_file="~/.ssh/provision_ed25519", known_hosts="keys/known_hosts",
+                              jump_host="ops@bastion.example:2222")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    model = connection_model(load_spec(spec))
+    assert model.key_file == tmp_path / "home" / ".ssh" / "provision_ed25519"
+    assert model.known_hosts == tmp_path / "keys" / "known_hosts"
+    variables = model.ansible_vars("10.0.1.17")
+    assert variables["ansible_ssh_private_key_file"] == str(model.key_file)
+    assert variables["ansible_become"] is True and variables["ansible_become_method"] == "sudo"
+    # the jump host's key is checked against the same known_hosts, with the same key
+    assert (f"-o ProxyCommand='ssh -W %h:%p -p 2222 -o StrictHostKeyChecking=yes -o UserKnownHostsFile="
+            f"{model.known_hosts} -i {model.key_file} ops@bastion.example'") in variables["ansible_ssh_common_args"]
+
+
+@pytest.fixture(scope="module")
+def bastion_and_node():
+    work = Path(tempfile.mkdtemp(prefix="provision-jump-", dir="/tmp"))
+    addresses = {"bastion": "127.0.0.60", "node": "127.0.0.61"}
+    servers = LoopbackSshd(work, addresses)
+    daemons = {host: subprocess.Popen(servers.command(host), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+               for host in addresses}
+    for address in addresses.values():
+        wait_listening(address, servers.port)
+    subprocess.run(["chpasswd"], input=f"{USER}:{PASSWORD}\n", text=True, check=True, timeout=30)
+    try:
+        yield servers, addresses, daemons
+    finally:
+        SUDOERS.unlink(missing_ok=True)
+        run("usermod", "-p", "*", USER)
+        stop(list(daemons.values()))
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _model(servers: LoopbackSshd, jump: str | None, *, become: bool = True) -> ConnectionModel:
+    return ConnectionModel("ssh", USER, servers.port, servers.client_key, servers.known_hosts,
+                           parse_jump_host(jump) if jump else None, become, 10)
+
+
+def _sudoers(rule: str | None) -> None:
+    if rule is None:
+        SUDOERS.unlink(missing_ok=True)
+        return
+    SUDOERS.write_text(rule + "\n")
+    SUDOERS.chmod(0o440)
+
+
+@needs_sshd
+def test_sessions_go_through_the_jump_host_and_become_root_with_the_password(bastion_and_node) -> None:
+    servers, addresses, _daemons = bastion_and_node
+    _sudoers(f"{USER} ALL=(ALL) ALL")  # password required, as on most real hosts
+    jump = f"{addresses['bastion']}:{servers.port}"
+    session = SshSession("node", addresses["node"], _model(servers, jump), become_password=PASSWORD)
+    try:
+        plain = session.run(["id", "-un"], 10)
+        assert plain.ok and plain.stdout.strip() == USER
+        root = session.run(["id", "-u"], 10, become=True)
+        assert root.ok and root.stdout.strip() == "0", root
+    finally:
+        session.close()
+
+    wrong = SshSession("node", addresses["node"], _model(servers, jump), become_password="not-" + PASSWORD)
+    try:
+        refused = wrong.run(["id", "-u"], 10, become=True)
+        assert not refused.ok and refused.problem().startswith("needs root: sudo:"), refused
+        assert PASSWORD not in refused.stdout + refused.stderr
+    finally:
+        wrong.close()
+
+    without = SshSession("node", addresses["node"], _model(servers, jump))  # sudo -n: never waits for a password
+    try:
+        refused = without.run(["id", "-u"], 10, become=True)
+        assert refused.problem() == "needs root: sudo: a password is required", refused
+    finally:
+        without.close()
+
+
+@needs_sshd
+def test_without_the_bastion_the_node_is_not_reached(bastion_and_node) -> None:
+    servers, addresses, _daemons = bastion_and_node
+    dead_bastion = "127.0.0.62"  # nothing listens there: a session that honours the jump host cannot connect
+    with pytest.raises(Exception, match=r"(?i)refused|unable to connect|error"):
+        SshSession("node", addresses["node"], _model(servers, f"{dead_bastion}:{servers.port}"))
+
+
+@needs_sshd
+def test_refused_root_makes_exactly_the_root_checks_unknown(bastion_and_node) -> None:
+    servers, addresses, _daemons = bastion_and_node
+    _sudoers(None)  # the login user may not use sudo at all
+    session = SshSession("node", addresses["node"], _model(servers, f"{addresses['bastion']}:{servers.port}"),
+                         become_password=PASSWORD)
+    try:
+        gathered = preflight.collect(session, 20)
+    finally:
+        session.close()
+    for probe in preflight.PROBES:
+        if probe.needs_root:
+            assert gathered.problems[probe.name].startswith("needs root: "), (probe.name, gathered.problems)
+            assert "sudoers" in gathered.problems[probe.name] or "may not run sudo" in gathered.problems[probe.name]
+    expect = preflight.Expectations(
+        gpu_count=8, gpu_model="H100-SXM-80GB", driver="535.183.01", gpu_pcie=(5, 16), hca_pcie=(5, 16),
+        rail_hcas=("mlx5_0",), link_gbps=400, nvlink_links=18, gpudirect="peermem", acs_disable=True,
+        acs_scope="all_bridges", thresholds={"corrected_ecc": 1, "gpu_temperature_c": 84, "disk_usage_percent": 95})
+    results = {result.check: result for result in preflight.evaluate(gathered, expect)}
+    for check in ("xid", "kernel_log", "acs"):  # dmesg and lspci -vvv need root
+        assert results[check].outcome is Outcome.UNKNOWN and "needs root" in results[check].message, results[check]
+    assert results["disk"].outcome is not Outcome.UNKNOWN  # df needs no root: judged as usual
