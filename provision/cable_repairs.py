@@ -118,14 +118,15 @@ def disable_ports(loaded: LoadedSpec, directory: Path, disables: list[cable_heal
     return rows
 
 
-def record_repair(loaded: LoadedSpec, directory: Path, port: str, action: str, note: str, argv: list[str]) -> str:
-    """Keep a repair of the cable at SWITCH/PORT in its history; returns the cable's key."""
+def record_repair(loaded: LoadedSpec, directory: Path, port: str, action: str, note: str,
+                  argv: list[str]) -> dict[str, str]:
+    """Keep a repair of the cable at SWITCH/PORT in its history; what was recorded, and in which run."""
     cable = cable_at_port(design_fabric(loaded), port)
     key = cable_health.cable_key(cable)
     with mutating_run(directory, "repaired", argv, spec=_identity(loaded)) as run:
         run.note("cable_repair", {"cable": key, "action": action, "note": note})
         run.store.record_cable(key, "repair", {"action": action, "note": note}, run_id=run.id)
-    return key
+    return {"cable": key, "action": action, "note": note, "run_id": run.id, "record": str(run.path)}
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from provision.errors import UsageProblem
@@ -13,8 +14,21 @@ from topology import hostlist
 COMMANDS = {NodeState.ADMITTED: "admit", NodeState.QUARANTINED: "quarantine", NodeState.DRAINED: "drain"}
 
 
+@dataclass(frozen=True)
+class Move:
+    nodes: list[str]
+    to: NodeState
+    reason: str
+    run_id: str
+    record: Path
+
+    def as_dict(self) -> dict[str, object]:
+        return {"nodes": self.nodes, "to": self.to.value, "reason": self.reason, "run_id": self.run_id,
+                "record": str(self.record)}
+
+
 def move_nodes(directory: Path, target: NodeState, hosts: str, reason: str, *, argv: list[str],
-               spec: LoadedSpec | None = None) -> list[str]:
+               spec: LoadedSpec | None = None) -> Move:
     """Move every node of the HOSTLIST to ``target`` inside one recorded run, or none of them.
 
     Refused before anything changes: an empty reason, a bad hostlist, a node the store does not know, no store.
@@ -42,4 +56,4 @@ def move_nodes(directory: Path, target: NodeState, hosts: str, reason: str, *, a
                 store.transition(name, target, run_id=run.id, reason=reason, by_operator=True,
                                  stage=record.stage if target is NodeState.QUARANTINED else None,
                                  evidence={"operator": True})
-    return names
+    return Move(names, target, reason, run.id, run.path)

@@ -175,6 +175,8 @@ class ProvisionPhase:
         for host in hosts:
             outcome = result.hosts[host]
             rows.append((host, "playbook", "ok" if outcome.succeeded else "failed", outcome.as_dict()))
+            context.run.event("provision.node", node=host, passed=outcome.succeeded, changed=outcome.changed,
+                              failed_task=outcome.failed_task or None, message=outcome.message or None)
             record = context.store.node(host)
             if outcome.succeeded:
                 changed += [host] if outcome.changed else []

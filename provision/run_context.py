@@ -15,7 +15,7 @@ remembering to tell it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,12 @@ from provision.runs import RunRecord
 from provision.state import ClusterLock, StateStore
 
 _latest: list[RunRecord] = []
+_listeners: list[Callable[[dict[str, Any]], None]] = []
+
+
+def subscribe(listener: Callable[[dict[str, Any]], None]) -> None:
+    """Hear every event of the runs this process starts from now on (the CLI's progress lines)."""
+    _listeners.append(listener)
 
 
 def latest() -> RunRecord | None:
@@ -34,8 +40,9 @@ def latest() -> RunRecord | None:
 
 
 def forget() -> None:
-    """Start a new command with no run behind it (``main`` calls this first)."""
+    """Start a new command with no run behind it and no listener (``main`` calls this first)."""
     _latest.clear()
+    _listeners.clear()
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ def mutating_run(state_dir: Path, command: str, argv: list[str], *, spec: SpecId
         abandoned = store.close_abandoned_runs()
         identity = spec or last_applied_spec(store, state_dir)
         record = RunRecord(state_dir / "runs", command, argv)
+        record.listeners.extend(_listeners)
         _latest[:] = [record]
         run = ActiveRun(record, store, abandoned)
         if abandoned:

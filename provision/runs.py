@@ -21,6 +21,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +48,7 @@ class RunRecord:
         runs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         runs_dir.chmod(0o700)
         self.path.mkdir(mode=0o700)
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # e.g. the CLI's per-event progress lines
         self._log = (self.path / "events.jsonl").open("a", encoding="utf-8")
         os.chmod(self.path / "events.jsonl", 0o600)
         self.manifest: dict[str, Any] = {
@@ -92,6 +94,8 @@ class RunRecord:
         record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), "event": name, **fields}
         self._log.write(json.dumps(record, sort_keys=True, default=str) + "\n")
         self._log.flush()
+        for listener in self.listeners:
+            listener(record)
 
     def finish(self, status: str, exit_code: int) -> None:
         self.manifest.update(status=status, exit_code=exit_code, finished_at=datetime.now(UTC).isoformat())

@@ -163,6 +163,9 @@ class BurninPhase:
                     f"node was quarantined for it; first reason: {failing[0].reason}")
             for verdict in stage_verdicts:
                 verdicts[verdict.node] = verdict
+                run.event("burnin.node", node=verdict.node, stage=stage, passed=verdict.passed,
+                          check=None if verdict.passed else verdict.check,
+                          reason=None if verdict.passed else verdict.reason)
                 if verdict.passed:
                     store.record_pass(campaign, verdict.node, stage, run.id, {"checks": len(verdict.results)})
                     passed.setdefault(verdict.node, set()).add(stage)

@@ -17,6 +17,7 @@ import click
 from provision import __version__, run_context
 from provision.cli import audit, cables  # noqa: F401  (they add their commands to the topology group)
 from provision.cli.common import err
+from provision.cli.history import history_command, runs_command
 from provision.cli.hostlists import hostlist_group
 from provision.cli.lifecycle import apply, burnin, plan, status
 from provision.cli.operator import admit, drain, quarantine
@@ -34,7 +35,8 @@ def cli() -> None:
     """Turn a delivery of bare-metal GPU servers into a healthy, admitted cluster."""
 
 
-for command in (validate, plan, apply, burnin, status, admit, quarantine, drain, sim, topology, hostlist_group):
+for command in (validate, plan, apply, burnin, status, history_command, runs_command, admit, quarantine, drain, sim,
+                topology, hostlist_group):
     cli.add_command(command)
 
 

@@ -99,11 +99,15 @@ def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ..
               help="What was done to the cable (a rung of the repair ladder).")
 @click.option("--note", default="", help="Free text kept with the record (ticket number, technician).")
 @state_dir_option
-def topology_repaired(spec: Path, port: str, action: str, note: str, state_dir: Path | None) -> int:
+@json_option
+def topology_repaired(spec: Path, port: str, action: str, note: str, state_dir: Path | None, as_json: bool) -> int:
     """Record a repair of the cable at SWITCH/PORT, so later flaps count against it and the ladder moves on."""
     loaded = load_spec(spec)
-    key = cable_repairs.record_repair(loaded, state_dir_of(loaded, state_dir), port, action, note, argv())
-    out.print(f"recorded: {action} of {key}", markup=False)
+    recorded = cable_repairs.record_repair(loaded, state_dir_of(loaded, state_dir), port, action, note, argv())
+    if as_json:
+        emit_json(recorded)
+    else:
+        out.print(f"recorded: {action} of {recorded['cable']}", markup=False)
     return EXIT_OK
 
 

@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from provision import pipeline
+from provision import pipeline, run_context
 from provision.cli.common import (
     argv,
     emit_json,
@@ -24,6 +24,7 @@ from provision.cli.common import (
     state_dir_without_spec,
     wait_lock_option,
 )
+from provision.cli.progress import event_printer
 from provision.cli.render import print_status, quarantine_check
 from provision.errors import EXIT_OK, UsageProblem
 from provision.spec import LoadedSpec, load_spec
@@ -63,15 +64,22 @@ def plan(spec: Path, state_dir: Path | None, limit: str | None, phases: str | No
     return EXIT_OK
 
 
-def _run_pipeline(loaded: LoadedSpec, target: Path, *, show_progress: bool, **options: Any) -> pipeline.ApplyResult:
-    """The pipeline with live progress bars on a terminal."""
+def _run_pipeline(loaded: LoadedSpec, target: Path, *, show_progress: bool, verbose: bool = False,
+                  **options: Any) -> pipeline.ApplyResult:
+    """The pipeline with live progress bars on a terminal, one line per event elsewhere (a CI log)."""
+    if show_progress and (verbose or not err.is_terminal):
+        run_context.subscribe(event_printer(verbose=verbose))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True, disable=not (show_progress and out.is_terminal)) as bars:
+                  console=err, transient=True,
+                  disable=not (show_progress and out.is_terminal and err.is_terminal and not verbose)) as bars:
         def progress(description: str, total: int):
             task = bars.add_task(description, total=total)
             return lambda steps: bars.advance(task, steps)
 
         return pipeline.apply(loaded, target, argv=argv(), progress=progress, **options)
+
+
+verbose_option = click.option("-v", "--verbose", is_flag=True, help="Also print every Ansible task of every host.")
 
 
 @click.command()
@@ -81,13 +89,14 @@ def _run_pipeline(loaded: LoadedSpec, target: Path, *, show_progress: bool, **op
 @click.option("--phases", metavar="LIST", help="Comma-separated phases to run (default: all).")
 @wait_lock_option
 @forks_option
+@verbose_option
 @json_option
 def apply(spec: Path, state_dir: Path | None, limit: str | None, phases: str | None, wait_lock: float,
-          forks: int | None, as_json: bool) -> int:
+          forks: int | None, verbose: bool, as_json: bool) -> int:
     """Converge the cluster to SPEC and record the run."""
     loaded = load_spec(spec)
     target = state_dir_of(loaded, state_dir)
-    result = _run_pipeline(loaded, target, show_progress=not as_json, limit=limit, phases=phases,
+    result = _run_pipeline(loaded, target, show_progress=not as_json, verbose=verbose, limit=limit, phases=phases,
                            wait_lock_s=wait_lock, forks=forks)
     if as_json:
         emit_json({"run_id": result.run.id, "run_dir": str(result.run.path), "exit_code": result.exit_code,
@@ -108,14 +117,15 @@ def apply(spec: Path, state_dir: Path | None, limit: str | None, phases: str | N
 @limit_option
 @wait_lock_option
 @forks_option
+@verbose_option
 @json_option
 def burnin(spec: Path, state_dir: Path | None, limit: str | None, wait_lock: float, forks: int | None,
-           as_json: bool) -> int:
+           verbose: bool, as_json: bool) -> int:
     """Run the burn-in stages alone on provisioned nodes; admit or quarantine each (resumes an interrupted one)."""
     loaded = load_spec(spec)
     target = state_dir_of(loaded, state_dir)
     phases = "simulate,register,burnin" if loaded.spec.simulation is not None else "register,burnin"
-    result = _run_pipeline(loaded, target, show_progress=not as_json, limit=limit, phases=phases,
+    result = _run_pipeline(loaded, target, show_progress=not as_json, verbose=verbose, limit=limit, phases=phases,
                            wait_lock_s=wait_lock, forks=forks, command="burnin", retest_quarantined=True)
     report = next((report for report in result.reports if report.name == "burnin"), None)
     with StateStore(target) as store:

@@ -7,7 +7,15 @@ from pathlib import Path
 import click
 
 from provision import operator
-from provision.cli.common import argv, out, state_dir_of, state_dir_option, state_dir_without_spec
+from provision.cli.common import (
+    argv,
+    emit_json,
+    json_option,
+    out,
+    state_dir_of,
+    state_dir_option,
+    state_dir_without_spec,
+)
 from provision.errors import EXIT_OK
 from provision.spec import load_spec
 from provision.state import NodeState
@@ -19,11 +27,15 @@ def _command(target: NodeState, help_text: str) -> click.Command:
     @click.option("--reason", required=True, help="Why; kept in the node's history.")
     @click.option("--spec", type=click.Path(path_type=Path, dir_okay=False), help="The cluster's spec file.")
     @state_dir_option
-    def command(hosts: str, reason: str, spec: Path | None, state_dir: Path | None) -> int:
+    @json_option
+    def command(hosts: str, reason: str, spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
         loaded = load_spec(spec) if spec is not None else None
         directory = state_dir_of(loaded, state_dir) if loaded is not None else state_dir_without_spec(state_dir)
-        names = operator.move_nodes(directory, target, hosts, reason, argv=argv(), spec=loaded)
-        out.print(f"{target.value}: {hostlist.compress(names)} ({reason})", markup=False)
+        move = operator.move_nodes(directory, target, hosts, reason, argv=argv(), spec=loaded)
+        if as_json:
+            emit_json(move.as_dict())
+        else:
+            out.print(f"{target.value}: {hostlist.compress(move.nodes)} ({reason})", markup=False)
         return EXIT_OK
 
     command.__doc__ = help_text
