@@ -61,7 +61,7 @@ def test_a_run_in_a_log_shows_its_progress_history_and_runs(sim_spec: Path,
     assert story["moves"][1]["reason"] == "fan failure, ticket 4711" and story["moves"][1]["command"] == "quarantine"
     assert main(["history", "sim09", "--state-dir", str(state)]) == 0
     table = capsys.readouterr().out
-    assert table.startswith("sim09: admitted (fan replaced)\n3 move(s)") and "quarantined" in table
+    assert table.startswith("sim09: admitted (fan replaced)\n3 move(s)") and "operator" in table
 
     assert main(["runs", str(sim_spec), "--json"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
