@@ -33,14 +33,18 @@ class HostOutcome:
     message: str = ""
     unreachable: bool = False
     changes: list[dict[str, Any]] = field(default_factory=list)  # task, diff/changes (check mode: would change)
+    #: the play ended before this host finished it, though none of its tasks failed: the failure budget
+    #: (max_fail_percentage) stopped the play because of other hosts. It proves nothing about this host.
+    stopped: bool = False
 
     @property
     def succeeded(self) -> bool:
-        return self.failed_task is None and not self.unreachable
+        return self.failed_task is None and not self.unreachable and not self.stopped
 
     def as_dict(self) -> dict[str, Any]:
         return {"host": self.host, "ok": self.ok, "changed": self.changed, "failed_task": self.failed_task,
-                "message": self.message, "unreachable": self.unreachable, "changes": self.changes}
+                "message": self.message, "unreachable": self.unreachable, "stopped": self.stopped,
+                "changes": self.changes}
 
 
 @dataclass
@@ -75,6 +79,13 @@ def run_playbook(inventory: Path, hosts: list[str], *, forks: int, check: bool =
         data = event.get("event_data", {})
         host = data.get("host")
         kind = event.get("event", "")
+        if kind == "playbook_on_no_hosts_remaining":  # the play was cut short: no host left to run it on
+            for outcome in outcomes.values():
+                if outcome.failed_task is None and not outcome.unreachable:
+                    outcome.stopped = True
+                    outcome.message = "the play stopped before this host finished: other hosts' failures " \
+                                      "exceeded the provisioning failure budget"
+            return True
         if host not in outcomes:
             return True
         outcome = outcomes[host]

@@ -164,21 +164,27 @@ class ProvisionPhase:
         if not hosts:
             return PhaseReport(self.name, "no host to provision", {})
         path = inventory.write(context.loaded, context.store.state_dir, context.run.path / "inventory.yml")
-        result = ansible.run_playbook(path, hosts, forks=context.forks, extravars=context.secrets,
+        # play keywords (max_fail_percentage) see extra vars, not inventory vars: the budget goes here
+        budget = {"provision_max_fail_percentage": context.loaded.spec.admission.max_failure_percent.provision}
+        result = ansible.run_playbook(path, hosts, forks=context.forks, extravars={**budget, **context.secrets},
                                       on_task=lambda host, task, outcome: context.run.event(
                                           "task", host=host, task=task, outcome=outcome))
         if result.status in ("canceled", "timeout"):
             # an interrupted play proves nothing about any host: leave every node as it was
             context.run.event("phase.provision.interrupted", status=result.status)
             raise KeyboardInterrupt(f"the playbook run was {result.status}")
-        rows, failed, changed = [], [], []
+        rows, failed, changed, stopped = [], [], [], []
         for host in hosts:
             outcome = result.hosts[host]
-            rows.append((host, "playbook", "ok" if outcome.succeeded else "failed", outcome.as_dict()))
-            context.run.event("provision.node", node=host, passed=outcome.succeeded, changed=outcome.changed,
+            rows.append((host, "playbook", "ok" if outcome.succeeded else "stopped" if outcome.stopped else "failed",
+                         outcome.as_dict()))
+            context.run.event("provision.node", node=host, passed=outcome.succeeded, stopped=outcome.stopped,
+                              changed=outcome.changed,
                               failed_task=outcome.failed_task or None, message=outcome.message or None)
             record = context.store.node(host)
-            if outcome.succeeded:
+            if outcome.stopped:  # stays where it was: the next apply picks it up
+                stopped.append(host)
+            elif outcome.succeeded:
                 changed += [host] if outcome.changed else []
                 if record is None or record.state is not NodeState.ADMITTED or outcome.changed:
                     context.store.transition(host, NodeState.PROVISIONED, run_id=context.run.id,
@@ -192,11 +198,15 @@ class ProvisionPhase:
             context.advance(1)
         context.store.record_results(context.run.id, self.name, rows)
         (context.run.path / "provision.json").write_text(json.dumps([row[3] for row in rows], indent=2))
-        summary = f"{len(hosts) - len(failed)} host(s) converged ({len(changed)} changed)"
+        summary = f"{len(hosts) - len(failed) - len(stopped)} host(s) converged ({len(changed)} changed)"
         if failed:
             summary += f"; {len(failed)} failed: " + "; ".join(
                 f"{host}: {result.hosts[host].failed_task}" for host in failed)
-        return PhaseReport(self.name, summary, {"failed": failed, "changed": changed})
+        if stopped:
+            summary += (f"; {len(stopped)} not finished ({hostlist.compress(stopped)}): the failures exceeded the "
+                        f"{context.loaded.spec.admission.max_failure_percent.provision:g}% provisioning failure "
+                        "budget, so the play stopped; they stay as they were and the next apply takes them")
+        return PhaseReport(self.name, summary, {"failed": failed, "changed": changed, "stopped": stopped})
 
 
 PHASES: tuple[Phase, ...] = (SimulatePhase(), RegisterPhase(), ProvisionPhase(), BurninPhase())

@@ -32,6 +32,8 @@ def line_for(event: dict[str, Any], *, verbose: bool = False) -> str | None:
     if name == "provision.node":
         if event.get("passed"):
             return f"{when}  {event['node']}  provision  ok  {event.get('changed', 0)} task(s) changed"
+        if event.get("stopped"):
+            return f"{when}  {event['node']}  provision  not finished  {event.get('message')}"
         return f"{when}  {event['node']}  provision  FAILED  {event.get('failed_task')}: {event.get('message')}"
     if name == "burnin.stage.started":
         return f"{when}  -  burnin/{event['stage']}  started on {len(event.get('nodes', []))} node(s)"
