@@ -208,15 +208,30 @@ def read_guid_map(path: Path) -> dict[str, str]:
     return names
 
 
-def read_plans(paths: Sequence[Path]) -> list[PlannedCable]:
-    """Every cable of the cabling plans (UFM ``.ndt`` or CSV), a located refusal for a plan that cannot be read."""
+@dataclass
+class Plans:
+    cables: list[PlannedCable]
+    unread: list[str]  # "FILE:LINE: why" for each row that could not be read; the rest is audited
+
+    def attributes(self) -> dict[frozenset[Endpoint], dict[str, str]]:
+        return {cable.ends: dict(cable.attributes) for cable in self.cables if cable.attributes}
+
+
+def read_plans(paths: Sequence[Path]) -> Plans:
+    """Every cable of the cabling plans (UFM ``.ndt``, CSV, spreadsheet exports); a plan with no readable cable
+    is refused, a row that cannot be read is reported with its line and the rest still audited."""
     planned: list[PlannedCable] = []
+    unread: list[str] = []
     for path in paths:
         try:
-            planned += cabling.parse_plan(path.read_text(errors="replace"))
+            reading = cabling.read_plan(path.read_text(errors="replace"))
+            if not reading.cables:
+                raise reading.problems[0] if reading.problems else cabling.PlanError("lists no cable", 1)
         except cabling.PlanError as error:
             raise UsageProblem(f"{path}: {error}") from None
-    return planned
+        planned += reading.cables
+        unread += [f"{path}:{problem.line}: {problem.message}" for problem in reading.problems]
+    return Plans(planned, unread)
 
 
 def shared_description(discovery: Discovery) -> tuple[str, int] | None:

@@ -35,6 +35,9 @@ class PlannedCable:
     a: Endpoint
     b: Endpoint
     line: int
+    #: the plan's other columns for this cable, by header name (rack, U height, location, length, cable type,
+    #: S/N...), shown in findings and tickets; unnamed columns as ``column N``
+    attributes: tuple[tuple[str, str], ...] = ()
 
     @property
     def ends(self) -> frozenset[Endpoint]:
@@ -54,37 +57,114 @@ def plan_endpoint(device: str, port: str, line: int) -> Endpoint:
         return f"{_norm(device)}/l{int(blade):02d}/u{int(unit)}", str(int(number))
     if port.isdigit():
         return _norm(device), str(int(port))
-    if port.lower().startswith(device.lower() + " ") or (port and " " in port):
+    lowered, named = port.lower(), device.lower()
+    if " " in port and (lowered.startswith(named + " ") or named.endswith(" " + lowered)):
+        # an HCA by its node description ("host ibp11s0f0"), or a host-side spreadsheet's "Server 1 IB Port 1"
         return _norm(device), _norm(port)
     raise PlanError(f"cannot read port {port!r} of {device!r} (expected 'Port N', 'Blade B_Port U/N', a number, "
                     "or an HCA's node description)", line)
 
 
-def parse_plan(text: str) -> list[PlannedCable]:
-    """A UFM NDT file (``#StartDevice,StartPort,EndDevice,EndPort,LinkType``) or a CSV with the same four
-    leading columns (header optional). Every cable once, whichever direction rows list it in."""
-    rows = list(csv.reader(io.StringIO(text.replace("\r\n", "\n"))))
-    if not rows or not any(rows):
-        raise PlanError("the cabling plan is empty", 1)
-    header = [cell.strip().lstrip("#").lower() for cell in rows[0]]
-    start = 0
-    if header and header[0] in ("startdevice", "start_device", "a", "device_a"):
-        expected = ["startdevice", "startport", "enddevice", "endport"]
-        if [cell.replace("_", "") for cell in header[:4]] != expected:
-            raise PlanError(f"header must begin with StartDevice,StartPort,EndDevice,EndPort, not {','.join(rows[0])}",
-                            1)
-        start = 1
-    cables: dict[frozenset[Endpoint], PlannedCable] = {}
-    for index, row in enumerate(rows[start:], start=start + 1):
-        if not row or not "".join(row).strip() or row[0].strip().startswith("#"):
+#: Header names (lower case, no spaces, ``#``, ``_`` or ``-``) of the four columns a cable needs, with the
+#: aliases spreadsheet exports use.
+KEY_COLUMNS = {
+    "start_device": {"startdevice", "sourcedevice", "srcdevice", "fromdevice", "adevice", "devicea", "source"},
+    "start_port": {"startport", "sourceport", "srcport", "fromport", "aport", "porta"},
+    "end_device": {"enddevice", "destinationdevice", "destdevice", "dstdevice", "todevice", "bdevice", "deviceb",
+                   "destination"},
+    "end_port": {"endport", "destinationport", "destport", "dstport", "toport", "bport", "portb"},
+}
+HEADER_SEARCH_ROWS = 20
+
+
+def _header_key(cell: str) -> str:
+    text = cell.strip().lower()
+    text = re.sub(r"^#?\s*fields\s*:", "", text)  # "#Fields:StartDevice" inside a spreadsheet cell
+    return re.sub(r"[\s#_\-]", "", text)
+
+
+def _find_header(rows: list[list[str]]) -> tuple[int, dict[str, int]] | None:
+    """The row that names the columns, wherever it sits (a spreadsheet export may put it below a title, after an
+    empty first column, with the ``#Fields:`` marker inside a cell), and the index of each key column."""
+    for number, row in enumerate(rows[:HEADER_SEARCH_ROWS]):
+        keys = [_header_key(cell) for cell in row]
+        found = {name: keys.index(next(key for key in keys if key in aliases))
+                 for name, aliases in KEY_COLUMNS.items() if any(key in aliases for key in keys)}
+        if found and len(found) < len(KEY_COLUMNS):
+            missing = [name.replace("_", " ") for name in KEY_COLUMNS if name not in found]
+            raise PlanError(f"the header names {', '.join(n.replace('_', ' ') for n in found)} but not "
+                            f"{', '.join(missing)}: {','.join(row)}", number + 1)
+        if found:
+            return number, found
+    return None
+
+
+def _attribute_names(header: list[str], used: set[int]) -> dict[int, str]:
+    names: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    for index, cell in enumerate(header):
+        if index in used:
             continue
-        if len(row) < 4:
-            raise PlanError(f"a cable needs 4 columns (device, port, device, port), this row has {len(row)}", index)
-        cable = PlannedCable(plan_endpoint(row[0], row[1], index), plan_endpoint(row[2], row[3], index), index)
+        name = re.sub(r"^#?\s*fields\s*:", "", cell.strip(), flags=re.IGNORECASE).strip()
+        if not name:
+            continue
+        seen[name] = seen.get(name, 0) + 1
+        names[index] = name if seen[name] == 1 else f"{name} ({seen[name]})"
+    return names
+
+
+@dataclass
+class PlanReading:
+    cables: list[PlannedCable]
+    problems: list[PlanError]  # rows that could not be read, each with its line; the rest is still a plan
+
+
+def read_plan(text: str) -> PlanReading:
+    """A UFM NDT file (``#StartDevice,StartPort,EndDevice,EndPort,LinkType``), a CSV with those four columns
+    first (header optional), or a spreadsheet export whose header sits anywhere in its first rows, with columns
+    found by name (and common aliases) and every other column kept as the cable's attributes. A row that cannot
+    be read is a located problem; the other rows are still read. Every cable once, whichever direction rows
+    list it in."""
+    rows = list(csv.reader(io.StringIO(text.replace("\r\n", "\n"))))
+    if not rows or not any("".join(row).strip() for row in rows):
+        raise PlanError("the cabling plan is empty", 1)
+    header = _find_header(rows)
+    if header is None:
+        start, columns, names = 0, {"start_device": 0, "start_port": 1, "end_device": 2, "end_port": 3}, {}
+    else:
+        start, columns = header[0] + 1, header[1]
+        names = _attribute_names(rows[header[0]], set(columns.values()))
+    width = max(columns.values()) + 1
+    cables: dict[frozenset[Endpoint], PlannedCable] = {}
+    problems: list[PlanError] = []
+    for index, row in enumerate(rows[start:], start=start + 1):
+        cells = [cell.strip() for cell in row]
+        if not "".join(cells) or next(cell for cell in cells if cell).startswith("#"):
+            continue
+        if len(cells) < width or not any(cells[column] for column in columns.values()):
+            problems.append(PlanError(f"a cable needs {width} columns with the two devices and their ports, this "
+                                      f"row has {len(cells)}", index))
+            continue
+        try:
+            a = plan_endpoint(cells[columns["start_device"]], cells[columns["start_port"]], index)
+            b = plan_endpoint(cells[columns["end_device"]], cells[columns["end_port"]], index)
+        except PlanError as problem:
+            problems.append(problem)
+            continue
+        attributes = tuple((names.get(position, f"column {position + 1}"), cell)
+                           for position, cell in enumerate(cells)
+                           if cell and position not in columns.values() and (names or position >= 4))
+        cable = PlannedCable(a, b, index, attributes)
         cables.setdefault(cable.ends, cable)
-    if not cables:
-        raise PlanError("the cabling plan lists no cable", 1)
-    return list(cables.values())
+    return PlanReading(list(cables.values()), problems)
+
+
+def parse_plan(text: str) -> list[PlannedCable]:
+    """Every cable of a plan; a plan with no readable cable is refused with its first problem's line."""
+    reading = read_plan(text)
+    if not reading.cables:
+        raise reading.problems[0] if reading.problems else PlanError("the cabling plan lists no cable", 1)
+    return reading.cables
 
 
 def node_device(node: DiscoveredNode) -> str:

@@ -7,3 +7,4 @@ class LineError(ValueError):
     def __init__(self, message: str, line: int) -> None:
         super().__init__(f"line {line}: {message}")
         self.line = line
+        self.message = message

@@ -57,15 +57,22 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
         err.print(f"provision: {shared[1]} HCAs share the node description {shared[0]!r}; name them with "
                   "--guid-map (0x<guid> \"<host> <hca>\" per line)", markup=False)
     planned = read_plans(plans)
+    if not as_json:
+        for line in planned.unread:
+            err.print(f"provision: row not read, the rest audited: {line}", markup=False)
     if baseline is not None:
-        return _print_change(audit_change(loaded, planned, read_dump(baseline, names), discovery), baseline,
+        return _print_change(audit_change(loaded, planned.cables, read_dump(baseline, names), discovery), baseline,
                              observed, as_json)
-    report = audit_against_spec(loaded, discovery) if loaded is not None else audit_against_plans(planned, discovery)
+    report = audit_against_spec(loaded, discovery) if loaded is not None else \
+        audit_against_plans(planned.cables, discovery)
+    attributes = planned.attributes()
     counts = {category: sum(1 for f in report.findings if f.category == category) for category in CATEGORIES}
     if as_json:
-        emit_json({"observed": str(observed), "counts": counts, "cables": [f.as_dict() for f in report.findings],
+        emit_json({"observed": str(observed), "counts": counts,
+                   "cables": [{**f.as_dict(), "attributes": attributes.get(frozenset(f.expected), {})
+                               if f.expected else {}} for f in report.findings],
                    "rules": {name: [v.as_dict() for v in found] for name, found in report.violations.items()},
-                   "unparsed_lines": len(discovery.skipped)})
+                   "unparsed_lines": len(discovery.skipped), "unread_plan_rows": planned.unread})
         return EXIT_PROBLEMS if report.problems else EXIT_OK
     if not report.problems:
         out.print(f"No problems: every designed cable is in place ({observed}).", markup=False)
@@ -75,8 +82,10 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
     for column in ("problem", "designed", "found", "swap partner", "rules broken", "detail"):
         table.add_column(column, overflow="fold")
     for finding in report.findings:
+        where = attributes.get(frozenset(finding.expected), {}) if finding.expected else {}
+        detail = "; ".join([finding.detail, *(f"{key}: {value}" for key, value in where.items())]).strip("; ")
         table.add_row(finding.category, cabling_label(finding.expected), cabling_label(finding.actual),
-                      cabling_label(finding.swap_partner), ", ".join(finding.rules), finding.detail)
+                      cabling_label(finding.swap_partner), ", ".join(finding.rules), detail)
     out.print(table)
     for name, found in report.violations.items():
         if found:
