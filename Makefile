@@ -40,7 +40,7 @@ test: install apt-packages lint
 
 # The pure parts: parsers, judgements, the fabric model, the spec, the layering; no cluster bring-up (< 60 s).
 test-fast: install
-	PROVISION_FUZZ_EXAMPLES=300 PROVISION_FUZZ_CASES=300 $(BIN)/pytest -m "fast and not slow" -q
+	PROVISION_FUZZ_EXAMPLES=200 PROVISION_FUZZ_CASES=200 $(BIN)/pytest -m "fast and not slow" -q
 
 # The long run of the spec fuzzers: 10,000 mutated files through validate, 20,000 hypothesis mutants.
 fuzz: install
