@@ -23,7 +23,7 @@ from provision.ib_fabric import audit_against_spec, design_endpoint
 from provision.observe import HostSession
 from provision.spec import LoadedSpec
 from provision.state.store import StateStore
-from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, routes, tomography, ufm_events
+from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, netdev, routes, tomography, ufm_events
 from topology.model import HCA, Cable, Fabric, Port
 
 LADDER = ("reseat", "clean", "replace transceiver", "replace cable")
@@ -42,6 +42,8 @@ class Inputs:
     results: list[Path] = field(default_factory=list)
     observed: Path | None = None
     year: int | None = None
+    netdev_map: Path | None = None  # host netdev hca; without it the hosts' own sysfs is asked
+    state_dir: Path | None = None
 
 
 @dataclass
@@ -65,17 +67,39 @@ def policy_of(loaded: LoadedSpec) -> linkhealth.Policy:
                              counter_thresholds={**counters.THRESHOLDS, **health.counter_thresholds})
 
 
-def hca_resolver(loaded: LoadedSpec) -> Callable[[str, str], str | None]:
-    """IPoIB ``ibN`` is HCA ``mlx5_N`` when that HCA is one of the host's rails (the kernel names both in probe
-    order); anything else is unmatched rather than guessed."""
+def hca_resolver(loaded: LoadedSpec, mapping: dict[tuple[str, str], str]) -> Callable[[str, str], str | None]:
+    """The HCA behind a host's IPoIB netdev, from ``mapping`` (a map file, or what the hosts' sysfs said), if it
+    is one of the host's rails; anything else is unmatched, never guessed from the netdev's number."""
     rails = {node.name: set(loaded.spec.hardware[node.hardware].rails) for node in loaded.nodes}
 
     def resolve(host: str, device: str) -> str | None:
-        found = _IB.match(device)
-        name = f"mlx5_{found.group(1)}" if found else None
+        name = netdev.lookup(mapping, host, device)
         return name if name and name in rails.get(host, set()) else None
 
     return resolve
+
+
+def netdevs_of_hosts(loaded: LoadedSpec, hosts: set[str], state_dir: Path) -> dict[tuple[str, str], str]:
+    """Ask each host which HCA each of its IPoIB netdevs belongs to (``/sys/class/net`` and
+    ``/sys/class/infiniband`` resolve into the same PCI function). A host that cannot be asked adds nothing:
+    its carrier lines stay unmatched."""
+    from provision.observe import open_session  # a read, through the same connection model as every probe
+
+    found: dict[tuple[str, str], str] = {}
+    for node in loaded.nodes:
+        if node.name not in hosts:
+            continue
+        try:
+            session = open_session(loaded, node, state_dir)
+        except Exception:  # unreachable: its lines are reported unmatched, not guessed
+            continue
+        try:
+            pairs = netdev.netdevs_from_sysfs(session.resolve_links("/sys/class/net"),
+                                              session.resolve_links("/sys/class/infiniband"))
+        finally:
+            session.close()
+        found.update({(node.name, name): hca for name, hca in pairs.items()})
+    return found
 
 
 def cable_key(cable: Cable) -> str:
@@ -160,10 +184,19 @@ def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkheal
         linkhealth.add_event_log(evidence, fabric, log)
         ingestion[str(path)] = log.summary()
     year = inputs.year or datetime.now(UTC).year
-    for path in inputs.syslogs:
-        found = carrier.parse_syslog(_read(path), year=year)
-        linkhealth.add_carrier(evidence, fabric, found, hca_resolver(loaded))
-        ingestion[str(path)] = {"carrier_events": len(found)}
+    carrier_logs = {path: carrier.parse_syslog(_read(path), year=year) for path in inputs.syslogs}
+    if carrier_logs:
+        if inputs.netdev_map is not None:
+            try:
+                mapping = netdev.parse_netdev_map(_read(inputs.netdev_map))
+            except netdev.NetdevMapError as error:
+                raise EvidenceError(f"{inputs.netdev_map}: {error}") from None
+        else:
+            hosts = {event.host for events in carrier_logs.values() for event in events}
+            mapping = netdevs_of_hosts(loaded, hosts, inputs.state_dir or loaded.path.parent)
+        for path, found in carrier_logs.items():
+            linkhealth.add_carrier(evidence, fabric, found, hca_resolver(loaded, mapping))
+            ingestion[str(path)] = {"carrier_events": len(found)}
     names: dict[str, str] = {}
     guids: dict[str, str] = {}
     if inputs.observed is not None:

@@ -43,6 +43,7 @@ class FlapsRequest:
     actions_dir: Path | None = None
     execute: bool = False
     via: str | None = None
+    netdev_map: Path | None = None
 
 
 @dataclass
@@ -82,7 +83,7 @@ def investigate(loaded: LoadedSpec, directory: Path, request: FlapsRequest, argv
     fabric = design_fabric(loaded)
     _default_evidence(loaded, directory, request)
     inputs = cable_health.Inputs(request.events, request.syslogs, request.counter_dirs, request.results,
-                                 request.observed, request.year)
+                                 request.observed, request.year, request.netdev_map, directory)
     store = StateStore.open_readonly(directory)
     try:
         report = cable_health.analyse(loaded, fabric, inputs, store)

@@ -144,9 +144,10 @@ def test_execute_disables_both_switch_ends_and_reads_them_back(tmp_path):
     [suspect] = report["suspects"]
     assert [(row["result"], row["cable"]) for row in report["executed"]] == [("disabled", suspect["cable"])] * 2
     assert all(row["detail"] == "LinkState Down, PhysLinkState Disabled" for row in report["executed"])
-    [record] = [path for path in (state / "runs").iterdir()]
-    manifest = json.loads((record / "manifest.json").read_text())
-    assert manifest["command"] == "disable-ports" and manifest["disable-ports"]["via"] == "sim03"
+    manifests = [json.loads((record / "manifest.json").read_text()) for record in (state / "runs").iterdir()]
+    assert sorted(manifest["command"] for manifest in manifests) == ["disable-ports", "sim up"]  # each recorded
+    [manifest] = [manifest for manifest in manifests if manifest["command"] == "disable-ports"]
+    assert manifest["disable-ports"]["via"] == "sim03" and manifest["status"] == "succeeded"
     audit = json.loads(run_cli("topology", "audit", "--json", str(spec), "--state-dir", str(state)).stdout)
     assert [(cable["category"], cable["expected"]) for cable in audit["cables"]] == [
         ("missing", suspect["cable"].lower())]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-_LINE = re.compile(r"^(\w{3})\s+(\d{1,2}) (\d\d:\d\d:\d\d)(?:\.\d+)? (\S+) [^:]*: (ib\d+): (lost|gained) carrier",
+_LINE = re.compile(r"^(\w{3})\s+(\d{1,2}) (\d\d:\d\d:\d\d)(?:\.\d+)? (\S+) [^:]*: (ib[\w.-]*): (lost|gained) carrier",
                    re.IGNORECASE)
 _MONTHS = {name: number for number, name in enumerate(
     ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)}
@@ -22,7 +22,7 @@ _MONTHS = {name: number for number, name in enumerate(
 class CarrierEvent:
     time: float
     host: str
-    device: str  # the IPoIB netdev, e.g. ib6
+    device: str  # the IPoIB netdev: ib6, or a predictable name such as ibp12s0
     up: bool
     line: str
 

@@ -31,6 +31,9 @@ def _files_option(*names: str, help_text: str):
 @click.option("--observed", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="ibnetdiscover dump: resolves GUID-named counter files and fills GUIDs into the disable list.")
 @click.option("--year", type=click.IntRange(1970, 9999), help="The year a syslog ends in (syslog omits it).")
+@click.option("--netdev-map", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Which HCA each IPoIB netdev is ('host netdev hca' per line, '*' for every host); without it "
+                   "the hosts' own sysfs is asked. Never guessed from ibN's number.")
 @click.option("--actions", "actions_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Write the port-disable list (UFM REST and ibportstate), tickets and re-check routes here.")
 @click.option("--burnin-results", "last_burnin", is_flag=True,
@@ -41,12 +44,13 @@ def _files_option(*names: str, help_text: str):
 @state_dir_option
 @json_option
 def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ...], counter_dirs: tuple[Path, ...],
-                   results: tuple[Path, ...], observed: Path | None, year: int | None, actions_dir: Path | None,
-                   last_burnin: bool, execute: bool, via: str | None, state_dir: Path | None, as_json: bool) -> int:
+                   results: tuple[Path, ...], observed: Path | None, year: int | None, netdev_map: Path | None,
+                   actions_dir: Path | None, last_burnin: bool, execute: bool, via: str | None,
+                   state_dir: Path | None, as_json: bool) -> int:
     """Name the flapping, erroring, down and degraded cables from events, counters and test results (exit 1 if any)."""
     loaded = load_spec(spec)
     request = cable_repairs.FlapsRequest(list(events), list(syslogs), list(counter_dirs), list(results), observed,
-                                         year, last_burnin, actions_dir, execute, via)
+                                         year, last_burnin, actions_dir, execute, via, netdev_map)
     found = cable_repairs.investigate(loaded, state_dir_of(loaded, state_dir), request, argv())
     report, suspects = found.report, found.suspects
     if as_json:
