@@ -21,6 +21,7 @@ import yaml
 
 from provision.cli import main
 from tests.conftest import EXAMPLES
+from tests.test_spec_fuzz import _paths  # every path into a parsed spec
 
 pytestmark = pytest.mark.fast  # pure: part of make test-fast
 
@@ -30,17 +31,6 @@ DATA = {name: yaml.safe_load(text) for name, text in TEXTS.items()}
 KEY_NOISE = ["[", "]", '"', "'", ":", "{", "}", "&", "*", "!", "#", ",", "? ", "- ", "|", "%", "@", "`"]
 ODD_VALUES: list[Any] = [None, [], {}, "", "[", 0, -1, 1.5e300, True, "x" * 300, ["a", 1], {"k": [None]}, "1:1",
                          "sim[01-99999]", "\u00e9\u4e2d", "0x10", ".inf"]
-
-
-def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
-    found = [prefix]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            found += _paths(value, (*prefix, index))
-    return found
 
 
 def _get(data: Any, path: tuple) -> Any:
