@@ -21,12 +21,15 @@ PROVISIONING = "simulate,register,provision"  # burn-in has its own tests
 
 FAULTS = [{"kind": "acs_enabled", "node": "sim01"}, {"kind": "wrong_driver", "node": "sim02"},
           {"kind": "peermem_missing", "node": "sim03"}, {"kind": "peermem_unregistered", "node": "sim04"}]
+#: These tests look at one host failing while the others carry on: a failure budget that lets them (the default
+#: 10% stops the play at the first failure of so few hosts; tests/test_provision_budget.py tests that)
+TOLERANT = {"max_failure_percent": {"provision": 50, "burnin": 20}}
 
 
 @pytest.fixture(scope="module")
 def provisioned(tmp_path_factory) -> tuple[Path, Path, dict]:
     directory = tmp_path_factory.mktemp("provision")
-    spec = write_spec(directory, FAULTS, hosts="sim[01-04]")
+    spec = write_spec(directory, FAULTS, hosts="sim[01-04]", admission=TOLERANT)
     result = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600)
     assert result.returncode == 1, result.stderr  # sim04 cannot be fixed
     return spec, directory / ".provision" / "sim16", json.loads(result.stdout)
@@ -143,7 +146,8 @@ def test_sigint_mid_run_leaves_consistent_state_and_the_next_apply_continues(tmp
 
 def test_a_pinned_version_missing_from_the_mirror_is_a_per_host_failure_and_nothing_is_half_installed(
         tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, [{"kind": "pin_unavailable", "node": "sim02"}], hosts="sim[01-02]")
+    spec = write_spec(tmp_path, [{"kind": "pin_unavailable", "node": "sim02"}], hosts="sim[01-02]",
+                      admission=TOLERANT)
     applied = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600)
     assert applied.returncode == 1, applied.stderr
     assert json.loads(applied.stdout)["quarantined"] == ["sim02"]
