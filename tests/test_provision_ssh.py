@@ -80,6 +80,7 @@ def test_an_unreachable_host_is_reported_and_the_others_carry_on(ssh_cluster, tm
     spec, _state = ssh_cluster
     data = yaml.safe_load(spec.read_text())
     data["nodes"]["groups"][0]["hosts"] = "sim[01-03]"  # sim03 (127.0.0.13) has no sshd
+    data["admission"] = {"max_failure_percent": {"provision": 50, "burnin": 20}}  # a budget that lets them go on
     moved = spec.parent / "spec-unreachable.yaml"
     moved.write_text(yaml.safe_dump(data, sort_keys=False))
     result = run_cli("apply", "--json", str(moved), "--state-dir", str(spec.parent / ".provision" / "sim16"),
@@ -90,6 +91,8 @@ def test_an_unreachable_host_is_reported_and_the_others_carry_on(ssh_cluster, tm
     reasons = {node["name"]: node["reason"] for node in status["nodes"]}
     assert reasons["sim03"].startswith("unreachable:")
     assert {node["name"]: node["state"] for node in status["nodes"]}["sim01"] == "provisioned"
+    runs = status["last_run"]
+    assert runs["command"] == "apply" and runs["exit_code"] == 1
 
 
 def test_preflight_checks_run_over_ssh(ssh_cluster) -> None:
