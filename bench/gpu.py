@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provision.burnin.launch import free_port
+from provision.burnin.multinode import BUS_FACTOR  # nccl-tests' factors, as the collectives stage uses them
 from provision.catalog import GPU_MODELS, GpuModel
 from provision.facts.nccl_tests import NcclTestReport, busbw_at, parse_nccl_tests
-
-#: nccl-tests' bus-bandwidth factor per collective (doc/PERFORMANCE.md), for n ranks.
-BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
+from provision.spec.thresholds import DEFAULT_INTRANODE_FRACTION, DEFAULT_MATMUL_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY
 
 
 def catalog_model(device_name: str) -> GpuModel | None:
@@ -69,12 +69,6 @@ def judge(model: GpuModel | None, per_gpu: list[dict[str, Any]], sweep: dict[str
           ranks: int) -> dict[str, Any]:
     """The node stage's figures against the catalog: the fraction of each figure reached, and pass/fail at the
     default efficiencies (provision/spec/thresholds.py)."""
-    from provision.spec.thresholds import (
-        DEFAULT_INTRANODE_FRACTION,
-        DEFAULT_MATMUL_EFFICIENCY,
-        DEFAULT_MEMORY_EFFICIENCY,
-    )
-
     if model is None:
         return {"model": None, "note": "GPU model not in the catalog: figures recorded, not judged"}
     worst_tflops = min(gpu["tflops"] for gpu in per_gpu)
@@ -129,8 +123,6 @@ def _sweep_worker(rank: int, world: int, port: int, sizes_: list[int], iters: in
 
 def _collective_sweep(world: int, sizes_: list[int], iters: int) -> dict[str, dict[int, float]]:
     import torch.multiprocessing as mp
-
-    from provision.burnin.launch import free_port
 
     context = mp.get_context("spawn")
     queue = context.Queue()

@@ -20,7 +20,7 @@ from typing import Any
 from provision.errors import Refusal
 from provision.facts.ibportstate import final_state
 from provision.ib_fabric import audit_against_spec, design_endpoint
-from provision.observe import HostSession
+from provision.observe import HostSession, open_session
 from provision.spec import LoadedSpec
 from provision.state.store import StateStore
 from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, netdev, routes, tomography, ufm_events
@@ -83,8 +83,6 @@ def netdevs_of_hosts(loaded: LoadedSpec, hosts: set[str], state_dir: Path) -> di
     """Ask each host which HCA each of its IPoIB netdevs belongs to (``/sys/class/net`` and
     ``/sys/class/infiniband`` resolve into the same PCI function). A host that cannot be asked adds nothing:
     its carrier lines stay unmatched."""
-    from provision.observe import open_session  # a read, through the same connection model as every probe
-
     found: dict[tuple[str, str], str] = {}
     for node in loaded.nodes:
         if node.name not in hosts:

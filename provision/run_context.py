@@ -80,9 +80,6 @@ class ActiveRun:
     def path(self) -> Path:
         return self.record.path
 
-    def event(self, name: str, **fields: Any) -> None:
-        self.record.event(name, **fields)
-
     def note(self, key: str, value: Any) -> None:
         self.record.note(key, value)
 
