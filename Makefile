@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # Debian packages the test suite needs; installed by `make test` when missing.
-APT_PACKAGES ?= openssh-server openssh-client sudo
+APT_PACKAGES ?= openssh-server openssh-client sudo chromium prometheus prometheus-node-exporter
 
 .PHONY: install demo test test-fast fuzz lint apt-packages clean
 
@@ -29,6 +29,7 @@ demo: install
 	$(BIN)/provision apply examples/sim-cluster.yaml || [ $$? -eq 1 ]  # 1: nodes quarantined, a normal outcome
 	$(BIN)/provision status examples/sim-cluster.yaml
 	$(BIN)/provision topology flaps examples/sim-cluster.yaml || [ $$? -eq 1 ]  # 1: a suspect cable, as injected
+	$(BIN)/provision report examples/sim-cluster.yaml
 
 lint: install
 	$(BIN)/ruff check .

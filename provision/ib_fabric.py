@@ -155,12 +155,28 @@ def _attach_rules(findings: list[Finding], violations: dict[str, list[Violation]
 
 def problem_places(design: Fabric, findings: list[Finding]) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
     """Where the picture should show each problem cable: on its SU (host cables) or on its bundle."""
+    pairs = [pair for pair in (finding.expected or finding.actual for finding in findings) if pair is not None]
+    return _places(design, pairs)
+
+
+def places_of_cables(design: Fabric, labels: list[str]) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+    """:func:`problem_places` for cables named as ``SWITCH/PORT - SWITCH/PORT`` (findings, link-health suspects)."""
+    pairs = []
+    for label in labels:
+        ends = [end.strip().rsplit("/", 1) for end in label.split(" - ")]
+        if len(ends) == 2 and all(len(end) == 2 for end in ends):
+            pairs.append(((ends[0][0].lower(), ends[0][1]), (ends[1][0].lower(), ends[1][1])))
+    return _places(design, pairs)
+
+
+def _places(design: Fabric, pairs: Sequence[Sequence[Endpoint]]) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
     nodes = design.graph.nodes
     by_endpoint: dict[Endpoint, str] = {}
     for node, data in nodes(data=True):
         if data["kind"] == HCA:
             by_endpoint[design_endpoint(design, node, 1)] = node
     by_device = {node.lower(): node for node, data in nodes(data=True) if data["kind"] != HCA}
+    by_device.update({node.lower(): node for node, data in nodes(data=True) if data["kind"] == HCA})
 
     def place(node: str) -> tuple[int, str]:
         data = nodes[node]
@@ -171,11 +187,9 @@ def problem_places(design: Fabric, findings: list[Finding]) -> tuple[dict[str, i
 
     boxes: dict[str, int] = {}
     bundles: dict[tuple[str, str], int] = {}
-    for finding in findings:
-        pair = finding.expected or finding.actual
-        if pair is None:
-            continue
-        known = [by_endpoint.get(end) or by_device.get(end[0]) for end in pair]
+    for pair in pairs:
+        known = [by_endpoint.get(end) or by_device.get(end[0]) or by_device.get(f"{end[0]}/{end[1]}")
+                 for end in pair]
         places = sorted(place(node) for node in known if node is not None)
         if not places:
             continue

@@ -279,7 +279,7 @@ def apply(
         run.note("phases", [phase.name for phase in chosen])
         reports, stopped = [], ""
         for phase in chosen:
-            run.event("phase.started", phase=phase.name)
+            run.event("phase.started", phase=phase.name, hosts=[node.name for node in targets])
             advance = progress(phase.description, len(targets)) if progress else (lambda steps: None)
             context = PhaseContext(loaded, store, run, targets, advance, forks or loaded.spec.connection.forks,
                                    secrets, retest_quarantined)

@@ -27,6 +27,18 @@ from provision.state import ClusterLock, StateStore
 
 _latest: list[RunRecord] = []
 _listeners: list[Callable[[dict[str, Any]], None]] = []
+_run_end_hooks: list[Callable[[StateStore, Path, RunRecord], None]] = []
+
+
+def on_run_end(hook: Callable[[StateStore, Path, RunRecord], None]) -> None:
+    """Call ``hook(store, spec_path, record)`` after every run ends, its outcome stored, the lock still held: the
+    sinks that follow the store (``provision.sinks``). A hook must not raise; it records its own failures."""
+    _run_end_hooks.append(hook)
+
+
+def _run_end_hooks_for(store: StateStore, spec_path: Path, record: RunRecord) -> None:
+    for hook in _run_end_hooks:
+        hook(store, spec_path, record)
 
 
 def subscribe(listener: Callable[[dict[str, Any]], None]) -> None:
@@ -40,9 +52,10 @@ def latest() -> RunRecord | None:
 
 
 def forget() -> None:
-    """Start a new command with no run behind it and no listener (``main`` calls this first)."""
+    """Start a new command with no run behind it, no listener and no run-end hook (``main`` calls this first)."""
     _latest.clear()
     _listeners.clear()
+    _run_end_hooks.clear()
 
 
 @dataclass(frozen=True)
@@ -118,7 +131,9 @@ def mutating_run(state_dir: Path, command: str, argv: list[str], *, spec: SpecId
             status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
             record.event("run.error", error=repr(error)[:2000])
             store.finish_run(record.id, status, code)
+            _run_end_hooks_for(store, identity.path, record)
             record.finish(status, code)
             raise
         store.finish_run(record.id, run.status, run.exit_code)
+        _run_end_hooks_for(store, identity.path, record)
         record.finish(run.status, run.exit_code)

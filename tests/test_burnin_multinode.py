@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from provision.spec.faults import CATALOG
+from tests import browser
+from tests.conftest import run_cli
 from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 FAULTS = [
@@ -88,3 +90,32 @@ def test_a_corrupting_rank_is_isolated_by_group_testing(burned_in: dict) -> None
     reason = burned_in["nodes"]["sim07"]["reason"]
     assert "every group holding sim07 gets wrong all_reduce sums" in reason
     assert "confirmed beside a healthy partner" in reason
+
+
+def _report(burned_in: dict) -> Path:
+    result = run_cli("report", str(burned_in["spec"]), "--json", timeout=120)
+    assert result.returncode == 0, result.stderr
+    return Path(json.loads(result.stdout)["report"])
+
+
+@pytest.mark.skipif(not browser.available(), reason=browser.MISSING)
+def test_the_acceptance_report_renders_offline_in_a_real_browser(burned_in: dict) -> None:
+    html = _report(burned_in)
+    seen = browser.open_report(html, "report-collectives")
+    assert seen.console_errors == []
+    assert seen.requests == [html.resolve().as_uri()], "the report asked the network for something"
+    quarantined = sorted(name for name, row in burned_in["nodes"].items() if row["state"] == "quarantined")
+    assert sorted(seen.cards) == quarantined == sorted(fault["node"] for fault in FAULTS)
+    titles = [plot["title"] for plot in seen.plots]
+    assert [title for title in titles if "bus bandwidth" in title] == [
+        f"{op}: bus bandwidth" for op in ("all_gather", "all_reduce", "all_to_all", "reduce_scatter")]
+    assert "matmul throughput per GPU" in titles and "device memory copy bandwidth per GPU" in titles
+    for plot in seen.plots:
+        if plot["title"].startswith(("all_", "reduce_", "matmul", "device")):
+            assert plot["declared"] == plot["drawn"] == plot["visible"] > 0, plot
+    matmul = next(plot for plot in seen.plots if plot["title"] == "matmul throughput per GPU")
+    assert matmul["flagged"] >= 1, "sim02's slow GPU is not marked"
+    busbw_csv = (html.parent / "report.busbw.csv").read_text().splitlines()
+    assert len(busbw_csv) - 1 == sum(plot["drawn"] for plot in seen.plots if "bus bandwidth" in plot["title"])
+    assert "Measured on the CPU backend" in seen.text
+    assert seen.screenshot is not None and seen.screenshot.stat().st_size > 10_000

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import browser
 from tests.conftest import run_cli
 from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
 
@@ -113,3 +114,23 @@ def test_recheck_after_repair_tests_only_the_cables_routes(burned_in: dict) -> N
         assert [row["verdict"] for row in json.loads(after.stdout)["cables"]] == ["healthy"]
     finally:
         assert run_cli("sim", "up", str(spec), timeout=300).returncode == 0
+
+
+@pytest.mark.skipif(not browser.available(), reason=browser.MISSING)
+def test_the_report_shows_the_pair_heatmap_and_the_located_cables(burned_in: dict, tmp_path: Path) -> None:
+    html = tmp_path / "acceptance.html"
+    result = run_cli("report", str(burned_in["spec"]), "--output", str(html), timeout=120)
+    assert result.returncode == 0 and str(html) in result.stdout, result.stderr
+    seen = browser.open_report(html, "report-pairs")
+    assert seen.console_errors == [] and seen.requests == [html.resolve().as_uri()]
+    assert seen.cards == ["sim03"]
+    heatmap = next(plot for plot in seen.plots if plot["title"] == "slowest pair test per host pair and rail")
+    assert heatmap["declared"] == heatmap["drawn"] == heatmap["visible"] > 0 and heatmap["flagged"] >= 1
+    rows = (tmp_path / "acceptance.pairs.csv").read_text().splitlines()
+    results = json.loads((burned_in["run_dir"] / "pairs-results.json").read_text())["tests"]
+    assert len(rows) - 1 == len(results) and sum(row.endswith(",False") for row in rows) == sum(
+        not test["passed"] for test in results)
+    for cable in FABRIC_CABLES:
+        assert cable in seen.text
+    figures = json.loads((tmp_path / "acceptance.cables.json").read_text())
+    assert {row["cable"] for row in figures["located_by_burnin"]} == FABRIC_CABLES

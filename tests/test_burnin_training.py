@@ -12,6 +12,8 @@ import pytest
 
 from provision.burnin.training import step_time_shape
 from provision.spec.faults import CATALOG
+from tests import browser
+from tests.conftest import run_cli
 from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 SLOWDOWN = {"kind": "step_slowdown", "node": "sim02", "params": {"local_rank": 1, "period": 4}}
@@ -123,3 +125,18 @@ except BaseException:  # torch.distributed.checkpoint's CheckpointException is n
     corrupted = False  # refused to load: not a bit-exact resume either
 print(json.dumps({"intact_matches": digests(intact) == digests(first), "corrupted_matches": corrupted}))
 '''
+
+
+@pytest.mark.skipif(not browser.available(), reason=browser.MISSING)
+def test_the_report_plots_step_time_and_loss_per_gpu(burned_in: dict) -> None:
+    result = run_cli("report", str(burned_in["spec"]), "--json", timeout=120)
+    assert result.returncode == 0, result.stderr
+    html = Path(json.loads(result.stdout)["report"])
+    seen = browser.open_report(html, "report-training")
+    assert seen.console_errors == [] and seen.requests == [html.resolve().as_uri()]
+    records = json.loads((burned_in["run_dir"] / "workers" / "training.json").read_text())
+    plots = {plot["title"]: plot for plot in seen.plots}
+    for mode in ("DDP", "FSDP"):
+        for title in (f"{mode}: median step time per GPU", f"{mode}: loss after the last step per GPU"):
+            assert plots[title]["declared"] == plots[title]["drawn"] == plots[title]["visible"] == len(records)
+    assert seen.cards == ["sim02"]

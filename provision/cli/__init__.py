@@ -14,13 +14,15 @@ import traceback
 
 import click
 
-from provision import __version__, run_context
+from provision import __version__, run_context, sinks
 from provision.cli import audit, cables  # noqa: F401  (they add their commands to the topology group)
 from provision.cli.common import err
 from provision.cli.history import history_command, runs_command
 from provision.cli.hostlists import hostlist_group
 from provision.cli.lifecycle import apply, burnin, plan, status
+from provision.cli.metrics import metrics_command
 from provision.cli.operator import admit, drain, quarantine
+from provision.cli.report import report_command
 from provision.cli.simulation import sim
 from provision.cli.specs import validate
 from provision.cli.topology import topology
@@ -36,13 +38,14 @@ def cli() -> None:
 
 
 for command in (validate, plan, apply, burnin, status, history_command, runs_command, admit, quarantine, drain, sim,
-                topology, hostlist_group):
+                topology, hostlist_group, report_command, metrics_command):
     cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: map every outcome to the documented exit codes."""
     run_context.forget()
+    run_context.on_run_end(sinks.after_run)
     try:
         code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
         return code if isinstance(code, int) else EXIT_OK

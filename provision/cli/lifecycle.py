@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.live import Live
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from provision import pipeline, run_context
 from provision.cli.common import (
@@ -24,6 +24,7 @@ from provision.cli.common import (
     state_dir_without_spec,
     wait_lock_option,
 )
+from provision.cli.live import Board
 from provision.cli.progress import event_printer
 from provision.cli.render import print_status, quarantine_check
 from provision.errors import EXIT_OK, UsageProblem
@@ -66,17 +67,15 @@ def plan(spec: Path, state_dir: Path | None, limit: str | None, phases: str | No
 
 def _run_pipeline(loaded: LoadedSpec, target: Path, *, show_progress: bool, verbose: bool = False,
                   **options: Any) -> pipeline.ApplyResult:
-    """The pipeline with live progress bars on a terminal, one line per event elsewhere (a CI log)."""
+    """The pipeline with a live board per host on a terminal, one line per event elsewhere (a CI log)."""
     if show_progress and (verbose or not err.is_terminal):
         run_context.subscribe(event_printer(verbose=verbose))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True,
-                  disable=not (show_progress and out.is_terminal and err.is_terminal and not verbose)) as bars:
-        def progress(description: str, total: int):
-            task = bars.add_task(description, total=total)
-            return lambda steps: bars.advance(task, steps)
-
-        return pipeline.apply(loaded, target, argv=argv(), progress=progress, **options)
+    if not (show_progress and out.is_terminal and err.is_terminal and not verbose):
+        return pipeline.apply(loaded, target, argv=argv(), **options)
+    board = Board(loaded.node_names if not options.get("limit") else [])
+    run_context.subscribe(board.apply)
+    with Live(get_renderable=board.render, console=err, refresh_per_second=4, transient=False):
+        return pipeline.apply(loaded, target, argv=argv(), **options)
 
 
 verbose_option = click.option("-v", "--verbose", is_flag=True, help="Also print every Ansible task of every host.")

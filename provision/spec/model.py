@@ -386,6 +386,14 @@ class Simulation(Strict):
     presentation: Literal["prefix", "namespace"] = "prefix"
 
 
+class Metrics(Strict):
+    """Where the cluster's state and burn-in figures go for Prometheus."""
+
+    #: node_exporter's ``--collector.textfile.directory``: rewritten after every mutating run (relative paths are
+    #: relative to the spec's directory).
+    textfile_dir: Path
+
+
 class ClusterSpec(Strict):
     cluster: ClusterInfo
     nodes: Nodes
@@ -398,6 +406,7 @@ class ClusterSpec(Strict):
     admission: Admission = Admission()
     connection: Connection = Connection()
     simulation: Simulation | None = None
+    metrics: Metrics | None = None
 
 
 def _host_or_ip(value: str | None) -> str | None:

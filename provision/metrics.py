@@ -1,0 +1,165 @@
+"""The cluster's state and figures as Prometheus metrics, in node_exporter's textfile-collector format.
+
+Teams already watch their GPUs in Prometheus beside the DCGM exporter; this puts our verdicts and burn-in figures
+next to them. Names follow Prometheus's conventions: a ``provision_`` prefix, base units in the name (seconds,
+bytes per second, FLOP/s), gauges only, and label sets bounded by the cluster (node, GPU, rail, collective,
+message size, state, check): never a free-text reason in a label, so a node's series does not multiply with every
+new wording. The file is written whole and renamed into place, as the textfile collector asks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from provision.report.gather import busbw_rows, gpu_rows, link_health, node_records, pair_rows
+from provision.spec import LoadedSpec
+from provision.state import NodeState, StateStore
+
+BURNIN_COMMANDS = ("apply", "burnin")
+GIGA = 1e9
+
+
+@dataclass
+class Family:
+    name: str
+    help: str
+    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+
+    def add(self, value: float, **labels: Any) -> None:
+        self.samples.append(({key: str(item) for key, item in labels.items()}, float(value)))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if value != value:  # NaN
+        return "NaN"
+    return repr(int(value)) if value == int(value) and abs(value) < 1e15 else repr(value)
+
+
+def exposition(families: Iterable[Family]) -> str:
+    """The text exposition format: HELP and TYPE once per family, then its samples."""
+    lines = []
+    for family in families:
+        if not family.samples:
+            continue
+        lines.append(f"# HELP {family.name} {family.help}")
+        lines.append(f"# TYPE {family.name} gauge")
+        for labels, value in family.samples:
+            text = ",".join(f'{key}="{_escape(item)}"' for key, item in sorted(labels.items()))
+            lines.append(f"{family.name}{{{text}}} {_number(value)}" if text else f"{family.name} {_number(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _seconds(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Family]:
+    cluster = loaded.spec.cluster.name
+    state = Family("provision_node_state", "1 for the lifecycle state the node is in, 0 for the others")
+    since = Family("provision_node_state_since_timestamp_seconds", "When the node entered its current state")
+    nodes = Family("provision_nodes", "Nodes of the spec in each lifecycle state")
+    outcome = Family("provision_check_outcome",
+                     "1 for the outcome of each check of the node's latest burn-in stage result")
+    counts = {value.value: 0 for value in NodeState}
+    for record in store.nodes():
+        if not record.in_spec:
+            continue
+        counts[record.state.value] += 1
+        for value in NodeState:
+            state.add(1 if record.state is value else 0, cluster=cluster, node=record.name, state=value.value)
+        stamp = _seconds(record.updated_at)
+        if stamp is not None:
+            since.add(stamp, cluster=cluster, node=record.name)
+    for name, count in counts.items():
+        nodes.add(count, cluster=cluster, state=name)
+
+    runs = store.runs(limit=1000)
+    duration = Family("provision_run_duration_seconds", "How long the latest run of each command took")
+    exit_code = Family("provision_run_exit_code", "The exit code of the latest run of each command")
+    finished = Family("provision_run_finished_timestamp_seconds", "When the latest run of each command ended")
+    seen: set[str] = set()
+    for row in runs:
+        if row["command"] in seen or row["finished_at"] is None:
+            continue
+        seen.add(row["command"])
+        start, end = _seconds(row["started_at"]), _seconds(row["finished_at"])
+        if start is not None and end is not None:
+            duration.add(end - start, cluster=cluster, command=row["command"])
+            finished.add(end, cluster=cluster, command=row["command"])
+        exit_code.add(row["exit_code"] if row["exit_code"] is not None else -1, cluster=cluster,
+                      command=row["command"])
+
+    burnin = next((row for row in runs if row["command"] in BURNIN_COMMANDS
+                   and any(Path(row["run_dir"]).glob("burnin-*.json"))), None)
+    busbw = Family("provision_collective_busbw_bytes_per_second",
+                   "Bus bandwidth of each collective at each message size, world and per rail (nccl-tests' busbw)")
+    matmul = Family("provision_gpu_matmul_flops_per_second", "Best matmul throughput of each GPU in the node stage")
+    memory = Family("provision_gpu_memory_copy_bytes_per_second", "Device memory copy bandwidth of each GPU")
+    pairs = Family("provision_pair_bandwidth_bytes_per_second",
+                   "Slowest pair test between two hosts on a rail (ib_write_bw-style, both directions summed)")
+    if burnin is not None:
+        run_dir = Path(burnin["run_dir"])
+        for stage_file in sorted(run_dir.glob("burnin-*.json")):
+            for card in _load_json(stage_file) or []:
+                for result in card.get("results", []):
+                    outcome.add(1, cluster=cluster, node=card["node"], stage=card["stage"], check=result["check"],
+                                outcome=result["outcome"])
+        for row in busbw_rows(_load_json(run_dir / "workers" / "collectives.json")):
+            busbw.add(row["busbw_gbps"] * GIGA, cluster=cluster, scope="world" if row["scope"] == "all"
+                      else row["scope"], op=row["op"], size_bytes=row["bytes"])
+        for row in gpu_rows(node_records([burnin]), {}):
+            matmul.add(row["tflops"] * 1e12, cluster=cluster, node=row["node"], gpu=row["gpu"], dtype=row["dtype"])
+            if row["memory_gbps"] is not None:
+                memory.add(row["memory_gbps"] * GIGA, cluster=cluster, node=row["node"], gpu=row["gpu"])
+        slowest: dict[tuple[str, str], float] = {}
+        for row in pair_rows(_load_json(run_dir / "pairs-results.json")):
+            key = (row["hosts"], row["rail"])
+            slowest[key] = min(slowest.get(key, row["gbps"]), row["gbps"])
+        for (hosts, rail), gbps in sorted(slowest.items()):
+            pairs.add(gbps * GIGA / 8, cluster=cluster, hosts=hosts, rail=rail)
+
+    suspects = Family("provision_cable_suspect_score", "Link-health score of each suspect cable, by class")
+    for row in link_health(loaded, state_dir)["suspects"]:
+        suspects.add(row["score"], cluster=cluster, cable=row["cable"], **{"class": row["class"]})
+    return [nodes, state, since, outcome, duration, exit_code, finished, busbw, matmul, memory, pairs, suspects]
+
+
+def textfile_dir(loaded: LoadedSpec) -> Path | None:
+    """The directory the spec names for the textfile collector (relative to the spec's own directory)."""
+    metrics = loaded.spec.metrics
+    if metrics is None or metrics.textfile_dir is None:
+        return None
+    directory = Path(os.path.expanduser(str(metrics.textfile_dir)))
+    return directory if directory.is_absolute() else loaded.path.parent / directory
+
+
+def write_textfile(loaded: LoadedSpec, store: StateStore, state_dir: Path, directory: Path) -> Path:
+    """Write ``provision_<cluster>.prom`` in ``directory`` whole (temporary name, then rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"provision_{loaded.spec.cluster.name}.prom"
+    temporary = directory / f".{target.name}.{os.getpid()}.tmp"  # not *.prom: the collector ignores it
+    temporary.write_text(exposition(families(loaded, store, state_dir)))
+    temporary.replace(target)
+    return target

@@ -1,0 +1,241 @@
+"""What an acceptance report shows, read from the state store and the run records (nothing is measured here).
+
+A report covers one run (``--run``), the runs of one burn-in campaign (``--campaign``: an interrupted burn-in
+resumed over several runs), or by default the latest run that burned nodes in. Verdicts come from the store (the
+same rows `status` and `history` read); figures come from the run directories' evidence files, each from the
+newest covered run that has it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from provision import cable_repairs
+from provision.burnin.multinode import stage_limits
+from provision.errors import Refusal, UsageProblem
+from provision.ib_fabric import design_fabric, places_of_cables
+from provision.spec import LoadedSpec
+from provision.spec.thresholds import effective_thresholds
+from provision.state import NodeState, StateStore
+from topology import export
+
+BURNIN_COMMANDS = ("apply", "burnin")
+
+
+@dataclass
+class ReportData:
+    cluster: str
+    spec_path: str
+    spec_sha256: str
+    generated_at: str
+    runs: list[dict[str, Any]]
+    campaign: str | None
+    software: dict[str, Any]
+    controller: dict[str, Any]
+    device: str  # "cuda" or "cpu": whether the bandwidth thresholds were applied
+    counts: dict[str, int]
+    nodes: list[dict[str, Any]]
+    cards: list[dict[str, Any]]
+    thresholds: list[dict[str, Any]]
+    busbw: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    training: list[dict[str, Any]] = field(default_factory=list)
+    cable_findings: list[dict[str, Any]] = field(default_factory=list)
+    link_health: dict[str, Any] = field(default_factory=dict)
+    fabric_svg: str = ""
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def covered_runs(store: StateStore, run_id: str | None, campaign: str | None) -> list[dict[str, Any]]:
+    """The runs the report covers, oldest first."""
+    every = store.runs(limit=100_000)
+    if run_id is not None:
+        chosen = [row for row in every if row["id"] == run_id]
+        if not chosen:
+            raise UsageProblem(f"--run {run_id}: no such run in the state store (see `provision runs`)")
+        return chosen
+    if campaign is not None:
+        members = {row["run_id"] for row in store.db.execute(
+            "SELECT DISTINCT run_id FROM burnin_passes WHERE campaign = ?", (campaign,)).fetchall()}
+        if store.db.execute("SELECT 1 FROM burnin_campaigns WHERE id = ?", (campaign,)).fetchone() is None:
+            raise UsageProblem(f"--campaign {campaign}: no such burn-in campaign in the state store")
+        members.add(campaign)
+        return sorted((row for row in every if row["id"] in members), key=lambda row: row["started_at"])
+    for row in every:
+        if row["command"] in BURNIN_COMMANDS and any(Path(row["run_dir"]).glob("burnin-*.json")):
+            return [row]
+    raise UsageProblem("no run of this cluster has burned nodes in yet: run `provision apply` first")
+
+
+def _newest(runs: list[dict[str, Any]], relative: str) -> Any:
+    for row in reversed(runs):
+        found = _load(Path(row["run_dir"]) / relative)
+        if found is not None:
+            return found
+    return None
+
+
+def _cards(store: StateStore, nodes: list[Any]) -> list[dict[str, Any]]:
+    """A card per quarantined node: the move that quarantined it, with its check, evidence and remediation."""
+    cards = []
+    for record in nodes:
+        if not record.in_spec or record.state is not NodeState.QUARANTINED:
+            continue
+        move = next((row for row in reversed(store.history(record.name))
+                     if row["to_state"] == NodeState.QUARANTINED.value), None)
+        evidence = move["evidence"] if move else {}
+        lines = [line for result in evidence.get("results", []) if result.get("outcome") != "ok"
+                 for line in result.get("evidence", [])]
+        cards.append({"node": record.name, "stage": record.stage or "", "reason": record.reason,
+                      "check": evidence.get("check") or evidence.get("failed_task") or "",
+                      "remediation": evidence.get("remediation", ""), "evidence": lines,
+                      "since": record.updated_at, "run_id": move["run_id"] if move else None,
+                      "by": "operator" if move and move["by_operator"] else "pipeline"})
+    return cards
+
+
+def node_records(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The node stage's per-GPU records of the newest run that has them; a node whose first run was repeated
+    (``workers/repeat``) keeps the repeat's figures."""
+    for row in reversed(runs):
+        first = _load(Path(row["run_dir"]) / "workers" / "node.json")
+        if first is None:
+            continue
+        repeat = _load(Path(row["run_dir"]) / "workers" / "repeat" / "node.json") or []
+        repeated = {record.get("node") for record in repeat}
+        return [record for record in first if record.get("node") not in repeated] + list(repeat)
+    return []
+
+
+def busbw_rows(collectives: Any) -> list[dict[str, Any]]:
+    """nccl-tests style figures of the last collectives attempt that completed."""
+    for attempt in reversed(collectives or []):
+        if attempt.get("busbw"):
+            return [{"scope": row["scope"], "op": row["op"], "bytes": row["bytes"], "ranks": row["ranks"],
+                     "algbw_gbps": row["algbw_gbps"], "busbw_gbps": row["busbw_gbps"]} for row in attempt["busbw"]]
+    return []
+
+
+def gpu_rows(records: Any, limits: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """Per GPU: matmul and device-memory figures, flagged below its node-mates' median x the peer fraction."""
+    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records or []:
+        if "tflops" in record:
+            by_node[record["node"]].append(record)
+    rows = []
+    for node, members in sorted(by_node.items()):
+        median = statistics.median(record["tflops"] for record in members)
+        fraction = limits.get(node, {}).get("matmul_peer_fraction", 0.95)
+        for record in sorted(members, key=lambda item: item["local_rank"]):
+            rows.append({"node": node, "gpu": record["local_rank"], "device": record.get("device", ""),
+                         "dtype": record.get("dtype", ""), "tflops": record["tflops"],
+                         "memory_gbps": record.get("memory_gbps"), "node_median_tflops": median,
+                         "slow": record["tflops"] < fraction * median})
+    return rows
+
+
+def _rail(hca: str) -> str:
+    return hca.split("/", 1)[1] if "/" in hca else hca
+
+
+def pair_rows(results: Any) -> list[dict[str, Any]]:
+    rows = []
+    for test in (results or {}).get("tests", []):
+        flows = test.get("flows") or []
+        if not flows:
+            continue
+        source, target = flows[0]
+        hosts = sorted({source.split("/")[0], target.split("/")[0]})
+        rows.append({"hosts": " - ".join(hosts), "rail": _rail(source), "round": test.get("round", ""),
+                     "flows": ["->".join(flow) for flow in flows], "gbps": test["gbps"],
+                     "threshold_gbps": test.get("threshold_gbps"), "passed": bool(test.get("passed"))})
+    return rows
+
+
+def training_rows(records: Any) -> list[dict[str, Any]]:
+    rows = []
+    for record in records or []:
+        for mode in ("ddp", "fsdp"):
+            figures = record.get(mode)
+            if isinstance(figures, dict) and "step_s_median" in figures:
+                rows.append({"node": record["node"], "gpu": record["gpu"], "mode": mode,
+                             "loss_first": figures.get("loss_first"), "loss_last": figures.get("loss_last"),
+                             "step_s_median": figures["step_s_median"],
+                             "step_time_spread": figures.get("step_time_spread"), "shape": figures.get("shape")})
+    return rows
+
+
+def link_health(loaded: LoadedSpec, state_dir: Path) -> dict[str, Any]:
+    """The link-health suspects from the evidence the cluster has (the simulated fabric's, or none)."""
+    try:
+        found = cable_repairs.investigate(loaded, state_dir, cable_repairs.FlapsRequest(last_burnin=True), [])
+    except Refusal as error:
+        return {"analysed": False, "note": str(error), "suspects": []}
+    return {"analysed": True, "note": "", "suspects": found.suspects}
+
+
+def _fabric_svg(loaded: LoadedSpec, cables: list[str]) -> str:
+    if loaded.fabric is None:
+        return ""
+    design = design_fabric(loaded)
+    boxes, bundles = places_of_cables(design, cables)
+    title = f"{loaded.spec.cluster.name}: {len(cables)} suspect cable(s) marked"
+    return export.draw_svg(design, title=title, problems=boxes, bundle_problems=bundles)
+
+
+def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
+           campaign: str | None = None) -> ReportData:
+    store = StateStore.open_readonly(state_dir)
+    if store is None:
+        raise UsageProblem(f"no state store in {state_dir}: run `provision apply` first")
+    with store:
+        runs = covered_runs(store, run_id, campaign)
+        nodes = store.nodes()
+        in_spec = [record for record in nodes if record.in_spec]
+        findings = []
+        for row in runs:
+            for cable in store.cables_found(row["id"]):
+                detail: dict[str, Any] = next((item["detail"] for item in reversed(store.cable_history(cable))
+                               if item["kind"] == "finding" and item["run_id"] == row["id"]), {})
+                findings.append({"cable": cable, "run_id": row["id"], "confidence": detail.get("confidence"),
+                                 "evidence": detail.get("evidence", [])})
+        data = ReportData(
+            cluster=loaded.spec.cluster.name, spec_path=str(loaded.path), spec_sha256=loaded.sha256,
+            generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            runs=[{key: row[key] for key in ("id", "command", "status", "exit_code", "started_at", "finished_at",
+                                              "spec_sha256", "run_dir")} for row in runs],
+            campaign=campaign, software=loaded.spec.software.model_dump(mode="json"),
+            controller=(_load(Path(runs[-1]["run_dir"]) / "manifest.json") or {}).get("dependencies", {}),
+            device="", counts=store.counts(),
+            nodes=[{"node": record.name, "state": str(record.state), "stage": record.stage or "",
+                    "reason": record.reason} for record in in_spec],
+            cards=_cards(store, in_spec), thresholds=[], cable_findings=findings)
+    limits = {node.name: stage_limits(loaded, node) for node in loaded.nodes}
+    first = loaded.nodes[0]
+    data.thresholds = [{"name": name, "value": value.value, "reason": value.reason} for name, value in
+                       effective_thresholds(loaded.spec.hardware[first.hardware], loaded.spec.fabric,
+                                            loaded.spec.burnin.thresholds).items()]
+    data.busbw = busbw_rows(_newest(runs, "workers/collectives.json"))
+    data.gpus = gpu_rows(node_records(runs), limits)
+    data.device = "cuda" if any(row["device"].startswith("cuda") for row in data.gpus) else (
+        "cpu" if data.gpus else "")
+    data.pairs = pair_rows(_newest(runs, "pairs-results.json"))
+    data.training = training_rows(_newest(runs, "workers/training.json"))
+    data.link_health = link_health(loaded, state_dir)
+    marked = sorted({row["cable"] for row in data.cable_findings}
+                    | {row["cable"] for row in data.link_health["suspects"]})
+    data.fabric_svg = _fabric_svg(loaded, marked)
+    return data

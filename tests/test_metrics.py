@@ -1,0 +1,115 @@
+"""The cluster in Prometheus: the textfile passes ``promtool check metrics``, a real node_exporter serves it and a
+real Prometheus, scraping it on loopback, answers PromQL with the example's 11 admitted and 5 quarantined nodes.
+
+The verdicts are set here by operator moves (each a recorded run, each rewriting the textfile the spec names):
+the burn-in that reaches the same verdicts takes nine minutes and is `make demo`'s job; every fault's own stage
+and check is proved by the burn-in tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provision.cli import main
+from provision.metrics import Family, exposition
+from provision.spec.faults import CATALOG
+from tests import promstack
+
+# The example's verdicts as `make demo` reaches them: node -> (stage, check).
+EXAMPLE_QUARANTINED = {"sim07": ("preflight", "xid"), "sim09": ("node", "matmul"),
+                       "sim12": ("collectives", "watchdog"), "sim13": ("collectives", "correctness"),
+                       "sim14": ("training", "step_time")}
+
+
+@pytest.mark.fast
+def test_exposition_escapes_label_values_and_keeps_families_whole() -> None:
+    family = Family("provision_nodes", "Nodes of the spec in each lifecycle state")
+    family.add(11, cluster="sim16", state="admitted")
+    family.add(2.5e12, cluster='a "quoted"\\name\nx', state="quarantined")
+    text = exposition([family, Family("provision_empty", "no samples: not written")])
+    assert text.splitlines() == [
+        "# HELP provision_nodes Nodes of the spec in each lifecycle state",
+        "# TYPE provision_nodes gauge",
+        'provision_nodes{cluster="sim16",state="admitted"} 11',
+        'provision_nodes{cluster="a \\"quoted\\"\\\\name\\nx",state="quarantined"} 2500000000000',
+    ]
+
+
+@pytest.mark.fast
+def test_the_example_quarantines_exactly_its_faulty_nodes() -> None:
+    """The verdicts above follow from the example's faults (a changed example changes this test)."""
+    spec = yaml.safe_load((Path(__file__).parent.parent / "examples" / "sim-cluster.yaml").read_text())
+    quarantining = {fault["node"]: (CATALOG[fault["kind"]].stage, CATALOG[fault["kind"]].check)
+                    for fault in spec["simulation"]["faults"]
+                    if fault.get("node") and CATALOG[fault["kind"]].stage != "provision"}
+    assert quarantining == EXAMPLE_QUARANTINED
+
+
+@pytest.mark.skipif(not (promstack.PROMETHEUS and promstack.NODE_EXPORTER and promstack.PROMTOOL),
+                    reason=promstack.MISSING)
+def test_prometheus_scrapes_the_textfile_and_counts_the_verdicts(sim_spec: Path, tmp_path: Path) -> None:
+    assert main(["apply", str(sim_spec), "--phases", "simulate,register"]) == 0
+    for node, (stage, check) in EXAMPLE_QUARANTINED.items():
+        assert main(["quarantine", node, "--reason", f"{stage}/{check}: as the burn-in finds it",
+                     "--spec", str(sim_spec)]) == 0
+    assert main(["admit", "sim[01-06,08,10-11,15-16]", "--reason", "burn-in passed", "--spec", str(sim_spec)]) == 0
+
+    textfile = sim_spec.parent / ".provision" / "metrics" / "provision_sim16.prom"  # the spec's metrics.textfile_dir
+    assert textfile.is_file(), "the operator's move did not rewrite the textfile the spec names"
+    assert not [path for path in textfile.parent.iterdir() if path.suffix != ".prom"], "a temporary file was left"
+    linted = subprocess.run([promstack.PROMTOOL, "check", "metrics"], input=textfile.read_text(), text=True,
+                            capture_output=True, timeout=30)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    assert 'provision_nodes{cluster="sim16",state="admitted"} 11' in textfile.read_text()
+
+    explicit = tmp_path / "textfile"
+    assert main(["metrics", str(sim_spec), "--textfile", str(explicit)]) == 0
+    assert (explicit / "provision_sim16.prom").read_text().count("\n") == textfile.read_text().count("\n")
+
+    with promstack.running(textfile.parent, tmp_path) as stack:
+        admitted = stack.wait_for('count(provision_node_state{cluster="sim16",state="admitted"} == 1)')
+        quarantined = stack.query('count(provision_node_state{cluster="sim16",state="quarantined"} == 1)')
+        held = stack.query('provision_node_state{cluster="sim16",state="quarantined"} == 1')
+        by_state = {row["metric"]["state"]: row["value"][1] for row in stack.query("provision_nodes")}
+    assert admitted[0]["value"][1] == "11"
+    assert quarantined[0]["value"][1] == "5"
+    assert sorted(row["metric"]["node"] for row in held) == sorted(EXAMPLE_QUARANTINED)
+    assert by_state["admitted"] == "11" and by_state["quarantined"] == "5" and by_state["new"] == "0"
+
+
+@pytest.mark.fast
+def test_the_grafana_dashboard_reads_only_metrics_we_write() -> None:
+    """Every metric name in the dashboard's queries is one `provision metrics` writes (a rename breaks this)."""
+    import inspect
+    import json
+    import re
+
+    from provision import metrics
+
+    written = set(re.findall(r'Family\("(provision_[a-z_]+)"', inspect.getsource(metrics)))
+    dashboard = json.loads((Path(__file__).parent.parent / "docs" / "grafana" / "provision.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"provision_[a-z_]+", target["expr"])}
+    queried |= set(re.findall(r"provision_[a-z_]+", dashboard["templating"]["list"][1]["definition"]))
+    assert queried and queried <= written, queried - written
+    assert {panel["id"] for panel in dashboard["panels"]} == set(range(1, len(dashboard["panels"]) + 1))
+
+
+@pytest.mark.skipif(not promstack.PROMTOOL, reason=promstack.MISSING)
+def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
+    """promtool parses each query of the dashboard (as a recording rule, with the cluster variable filled in)."""
+    import json
+
+    dashboard = json.loads((Path(__file__).parent.parent / "docs" / "grafana" / "provision.json").read_text())
+    rules = [{"record": f"provision:dashboard_query_{index}", "expr": target["expr"].replace("$cluster", "sim16")}
+             for index, target in enumerate(target for panel in dashboard["panels"] for target in panel["targets"])]
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    checked = subprocess.run([promstack.PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True,
+                             timeout=30)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"{len(rules)} rules found" in checked.stdout
