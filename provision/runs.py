@@ -45,6 +45,7 @@ class RunRecord:
         stamp = datetime.now(UTC)
         self.id = f"{stamp:%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
         self.path = runs_dir / self.id
+        self.command = command
         runs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         runs_dir.chmod(0o700)
         self.path.mkdir(mode=0o700)

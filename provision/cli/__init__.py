@@ -24,6 +24,7 @@ from provision.cli.metrics import metrics_command
 from provision.cli.operator import admit, drain, quarantine
 from provision.cli.report import report_command
 from provision.cli.simulation import sim
+from provision.cli.slurm import slurm_group
 from provision.cli.specs import validate
 from provision.cli.topology import topology
 from provision.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Refusal
@@ -38,7 +39,8 @@ def cli() -> None:
 
 
 for command in (validate, plan, apply, burnin, status, history_command, runs_command, admit, quarantine, drain, sim,
-                topology, hostlist_group, report_command, metrics_command):
+                topology, hostlist_group, report_command, metrics_command,
+                slurm_group):
     cli.add_command(command)
 
 

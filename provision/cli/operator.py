@@ -16,9 +16,10 @@ from provision.cli.common import (
     state_dir_option,
     state_dir_without_spec,
 )
+from provision.cli.render import print_sinks
 from provision.errors import EXIT_OK
 from provision.spec import load_spec
-from provision.state import NodeState
+from provision.state import NodeState, StateStore
 from topology import hostlist
 
 
@@ -32,10 +33,14 @@ def _command(target: NodeState, help_text: str) -> click.Command:
         loaded = load_spec(spec) if spec is not None else None
         directory = state_dir_of(loaded, state_dir) if loaded is not None else state_dir_without_spec(state_dir)
         move = operator.move_nodes(directory, target, hosts, reason, argv=argv(), spec=loaded)
-        if as_json:
-            emit_json(move.as_dict())
-        else:
+        store = StateStore.open_readonly(directory)
+        assert store is not None  # the move has just written it
+        with store:
+            if as_json:
+                emit_json({**move.as_dict(), "sinks": store.sink_status()})
+                return EXIT_OK
             out.print(f"{target.value}: {hostlist.compress(move.nodes)} ({reason})", markup=False)
+            print_sinks(store)
         return EXIT_OK
 
     command.__doc__ = help_text

@@ -45,6 +45,12 @@ def line_for(event: dict[str, Any], *, verbose: bool = False) -> str | None:
         return f"{when}  -  burnin/{event['stage']}  SYSTEMIC  {len(event.get('failing', []))} node(s) failed"
     if name == "task" and verbose:
         return f"{when}  {event['host']}  task  {event['outcome']}  {event['task']}"
+    if name == "sink.slurm":
+        if event.get("pending"):
+            return f"{when}  -  slurm  SYNC PENDING  {event.get('error')}"
+        held = ", ".join(f"{node} ({reason})" for node, reason in sorted((event.get("held_by_admin") or {}).items()))
+        return (f"{when}  -  slurm  synced  {len(event.get('actions', []))} change(s)"
+                + (f"; left drained by an administrator: {held}" if held else ""))
     if name == "run.finished":
         return f"{when}  -  run  {event.get('status')}  exit {event.get('exit_code')}"
     return None

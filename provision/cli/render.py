@@ -31,6 +31,20 @@ def print_status(cluster: str, store: StateStore) -> None:
         for record in held:
             reasons.add_row(record.name, record.stage or "", record.reason, record.updated_at)
         out.print(reasons)
+    print_sinks(store)
+
+
+def print_sinks(store: StateStore) -> None:
+    """A line per outside system that has not caught up with the store (Slurm unreachable at the last run)."""
+    for sink, status in store.sink_status().items():
+        if status["pending"]:
+            out.print(f"{sink} sync pending since {status['at']} (run {status['run_id']}): "
+                      f"{status['detail'].get('error', '')}; the next run retries it, or `provision {sink} sync`",
+                      markup=False)
+        held = status["detail"].get("held_by_admin") or {}
+        for node, reason in sorted(held.items()):
+            out.print(f"{sink}: {node} is admitted here but stays drained in {sink} by an administrator: {reason}",
+                      markup=False)
 
 
 def quarantine_check(store: StateStore, name: str) -> str | None:

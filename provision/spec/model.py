@@ -394,6 +394,16 @@ class Metrics(Strict):
     textfile_dir: Path
 
 
+class SlurmIntegration(Strict):
+    """Admission reaches Slurm: after every run, node states and features follow the state store."""
+
+    #: The slurm.conf ``scontrol`` reads (``SLURM_CONF``); default: the controller machine's own.
+    conf: Path | None = None
+    #: Keep the GPU model, the rail count and ``burnin_ok`` (admitted nodes) among each node's features.
+    features: bool = True
+    timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+
+
 class ClusterSpec(Strict):
     cluster: ClusterInfo
     nodes: Nodes
@@ -407,6 +417,7 @@ class ClusterSpec(Strict):
     connection: Connection = Connection()
     simulation: Simulation | None = None
     metrics: Metrics | None = None
+    slurm: SlurmIntegration | None = None
 
 
 def _host_or_ip(value: str | None) -> str | None:

@@ -126,6 +126,17 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE cable_history_v4 RENAME TO cable_history;
     CREATE INDEX cable_history_cable ON cable_history(cable, at);
     """,
+    # 4 -> 5: whether each outside system (Slurm) has caught up with the store, so a sync that could not reach it
+    # is shown as pending and retried by the next run
+    """
+    CREATE TABLE sink_status (
+        sink    TEXT PRIMARY KEY,
+        pending INTEGER NOT NULL,
+        detail  TEXT NOT NULL DEFAULT '{}',
+        at      TEXT NOT NULL,
+        run_id  TEXT
+    );
+    """,
 )
 
 
@@ -457,6 +468,23 @@ class StateStore:
         rows = self.db.execute("SELECT cable FROM cable_history WHERE run_id = ? AND kind = 'finding' "
                                "GROUP BY cable ORDER BY MIN(id)", (run_id,)).fetchall()
         return [row["cable"] for row in rows]
+
+    # -- sinks: the outside systems that follow the store ------------------------------
+
+    def set_sink_status(self, sink: str, *, pending: bool, detail: dict[str, Any], run_id: str | None) -> None:
+        with self.transaction():
+            self.db.execute("INSERT OR REPLACE INTO sink_status (sink, pending, detail, at, run_id) "
+                            "VALUES (?, ?, ?, ?, ?)", (sink, int(pending), json.dumps(detail, sort_keys=True),
+                                                       now(), run_id))
+
+    def sink_status(self) -> dict[str, dict[str, Any]]:
+        """sink -> {pending, detail, at, run_id} (empty before any sink has run, or in an old store read-only)."""
+        try:
+            rows = self.db.execute("SELECT * FROM sink_status ORDER BY sink").fetchall()
+        except sqlite3.OperationalError:
+            return {}
+        return {row["sink"]: {"pending": bool(row["pending"]), "detail": json.loads(row["detail"]), "at": row["at"],
+                              "run_id": row["run_id"]} for row in rows}
 
     def cable_history(self, cable: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT kind, at, detail, run_id FROM cable_history WHERE cable = ? ORDER BY at, id",

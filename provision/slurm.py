@@ -1,0 +1,221 @@
+"""Admission reaches Slurm: the store decides, Slurm follows.
+
+Only admitted nodes take jobs. Every other node of the spec is drained with a reason that starts ``provision:``
+— ``provision: <stage>/<check>: ... (run <id>)`` for a quarantined one — and an admitted node is resumed only
+when the drain is ours: a node an administrator drained for something else stays drained, and the sync says so.
+Features follow too (GPU model, rail count, ``burnin_ok`` on admitted nodes), leaving every other feature alone.
+
+The plan is a pure function of the store's records and Slurm's (``plan_sync``); applying it is a handful of
+``scontrol update`` calls. The sync runs after every run (:mod:`provision.sinks`) and on demand (``provision slurm
+sync``); when slurmctld cannot be reached the store keeps its verdicts, the sync is marked pending, and the next
+run retries it whole.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.errors import Refusal, UsageProblem
+from provision.facts.slurm import SLURM_NODES, SlurmNode, SlurmOutputError, parse_nodes
+from provision.spec import LoadedSpec
+from provision.state import NodeRecord, NodeState, StateStore
+from topology import hostlist
+
+PREFIX = "provision:"
+SINK = "slurm"
+BURNIN_OK = "burnin_ok"
+MAX_REASON = 240
+
+
+class SlurmUnreachable(Exception):
+    """scontrol could not reach slurmctld (or is not installed here): the sync is pending, nothing is lost."""
+
+
+class SlurmNamesDiffer(Refusal, ValueError):
+    """The spec names nodes Slurm does not know: nothing is changed until the names agree."""
+
+
+@dataclass(frozen=True)
+class Action:
+    node: str
+    kind: str  # drain | resume | features
+    reason: str = ""
+    features: tuple[str, ...] = ()
+    why: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "action": self.kind, "reason": self.reason, "features": list(self.features),
+                "why": self.why}
+
+
+@dataclass
+class SyncPlan:
+    actions: list[Action] = field(default_factory=list)
+    held_by_admin: dict[str, str] = field(default_factory=dict)  # admitted here, drained there for another reason
+    unreachable_nodes: dict[str, str] = field(default_factory=dict)  # admitted, but Slurm has the node down
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"actions": [action.as_dict() for action in self.actions], "held_by_admin": self.held_by_admin,
+                "down_in_slurm": self.unreachable_nodes}
+
+
+def ours(node: SlurmNode) -> bool:
+    return node.reason.startswith(PREFIX)
+
+
+def wanted_reason(record: NodeRecord) -> str:
+    """The drain reason Slurm should show for a node that is not admitted (one line, bounded)."""
+    run = f" (run {record.run_id})" if record.run_id else ""
+    if record.state is NodeState.QUARANTINED:
+        text = record.reason if record.stage else f"quarantined by an operator: {record.reason}"
+    elif record.state is NodeState.DRAINED:
+        text = f"drained: {record.reason}"
+    else:
+        text = f"not admitted yet: {record.state}" + (f" {record.stage}" if record.stage else "")
+    text = " ".join(f"{PREFIX} {text}".split())
+    if len(text) + len(run) > MAX_REASON:
+        text = text[:MAX_REASON - len(run) - 3] + "..."
+    return text + run
+
+
+def node_features(loaded: LoadedSpec) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+    """Each node's own features (GPU model, rails) and every feature this tool manages."""
+    own: dict[str, tuple[str, ...]] = {}
+    for node in loaded.nodes:
+        profile = loaded.spec.hardware[node.hardware]
+        own[node.name] = (profile.gpu.model.lower(), f"rails{len(profile.rails)}")
+    managed = frozenset({BURNIN_OK, *(feature for features in own.values() for feature in features)})
+    return own, managed
+
+
+def plan_sync(records: Sequence[NodeRecord], slurm: dict[str, SlurmNode], *, own_features: dict[str, tuple[str, ...]]
+              | None = None, managed: frozenset[str] = frozenset()) -> SyncPlan:
+    """What Slurm must be told so that it agrees with the store (pure: tested on recorded scontrol output)."""
+    plan = SyncPlan()
+    for record in records:
+        if not record.in_spec or record.name not in slurm:
+            continue
+        node = slurm[record.name]
+        admitted = record.state is NodeState.ADMITTED
+        if admitted:
+            if node.drained and ours(node):
+                plan.actions.append(Action(record.name, "resume", why="admitted"))
+            elif node.drained:
+                plan.held_by_admin[record.name] = node.reason
+            if node.state == "down" or "not_responding" in node.flags:
+                plan.unreachable_nodes[record.name] = node.reason or node.state
+        else:
+            reason = wanted_reason(record)
+            if not node.drained:
+                plan.actions.append(Action(record.name, "drain", reason, why=str(record.state)))
+            elif ours(node) and node.reason != reason:
+                plan.actions.append(Action(record.name, "drain", reason, why="reason changed"))
+        if own_features is not None:
+            wanted = set(own_features.get(record.name, ())) | ({BURNIN_OK} if admitted else set())
+            current = set(node.available_features)
+            target = (current - managed) | wanted
+            if target != current:
+                plan.actions.append(Action(record.name, "features", features=tuple(sorted(target)),
+                                           why="features follow the store"))
+    return plan
+
+
+class SlurmClient:
+    """``scontrol`` with the spec's slurm.conf; every call bounded in time."""
+
+    def __init__(self, conf: Path | None, timeout_s: float) -> None:
+        self.env = {**os.environ, **({"SLURM_CONF": str(conf)} if conf else {})}
+        self.timeout_s = timeout_s
+
+    def _run(self, argv: list[str]) -> str:
+        try:
+            done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=self.timeout_s)
+        except FileNotFoundError:
+            raise SlurmUnreachable(f"{argv[0]} is not installed on this machine") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmUnreachable(f"{' '.join(argv[:3])} got no answer in {self.timeout_s:g} s") from None
+        said = (done.stderr or done.stdout).strip()
+        if done.returncode != 0 or "Unable to contact slurm controller" in said:
+            raise SlurmUnreachable(f"{' '.join(argv[:4])}: {said.splitlines()[-1] if said else done.returncode}")
+        return done.stdout
+
+    def nodes(self) -> dict[str, SlurmNode]:
+        text = self._run(SLURM_NODES.argv)
+        try:
+            return {node.name: node for node in parse_nodes(text)}
+        except SlurmOutputError as error:
+            raise SlurmUnreachable(f"scontrol's node listing could not be read: {error}") from None
+
+    def apply(self, plan: SyncPlan) -> None:
+        resumes = [action.node for action in plan.actions if action.kind == "resume"]
+        if resumes:
+            self._run(["scontrol", "update", f"nodename={hostlist.compress(resumes)}", "state=resume"])
+        for action in plan.actions:
+            if action.kind == "drain":
+                self._run(["scontrol", "update", f"nodename={action.node}", "state=drain", f"reason={action.reason}"])
+            elif action.kind == "features":
+                listed = ",".join(action.features)
+                self._run(["scontrol", "update", f"nodename={action.node}", f"AvailableFeatures={listed}",
+                           f"ActiveFeatures={listed}"])
+
+
+def client_for(loaded: LoadedSpec) -> SlurmClient:
+    settings = loaded.spec.slurm
+    if settings is None:
+        raise UsageProblem(f"{loaded.path}: the spec has no slurm: section, so nothing is synced to Slurm")
+    conf = settings.conf
+    if conf is not None:
+        conf = Path(os.path.expanduser(str(conf)))
+        conf = conf if conf.is_absolute() else loaded.path.parent / conf
+    return SlurmClient(conf, settings.timeout_s)
+
+
+def check_names(loaded: LoadedSpec, slurm: dict[str, SlurmNode]) -> None:
+    """Every node of the spec must be a Slurm node: a located error listing the differences otherwise."""
+    missing = [name for name in loaded.node_names if name not in slurm]
+    if not missing:
+        return
+    extra = sorted(set(slurm) - set(loaded.node_names))
+    where = loaded.source.locate(("nodes",), prefer_key=True)
+    raise SlurmNamesDiffer(
+        f"{where}: nodes: {len(missing)} node(s) of the spec are not Slurm nodes: "
+        f"{hostlist.compress(missing)}" + (f"; Slurm has {len(extra)} node(s) the spec does not name: "
+                                            f"{hostlist.compress(extra)}" if extra else "")
+        + ". Nothing was changed in Slurm; make the names agree (the spec's node names are Slurm's NodeName).")
+
+
+@dataclass
+class SyncResult:
+    plan: SyncPlan
+    applied: bool
+    pending: bool = False
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.plan.as_dict(), "applied": self.applied, "pending": self.pending, "error": self.error}
+
+
+def sync(loaded: LoadedSpec, store: StateStore, *, dry_run: bool = False, run_id: str | None = None) -> SyncResult:
+    """Bring Slurm in line with the store; record whether it worked (``pending`` when slurmctld is unreachable)."""
+    client = client_for(loaded)
+    features = loaded.spec.slurm.features if loaded.spec.slurm else False
+    own, managed = node_features(loaded) if features else ({}, frozenset())
+    try:
+        slurm = client.nodes()
+        check_names(loaded, slurm)
+        plan = plan_sync(store.nodes(), slurm, own_features=own if features else None, managed=managed)
+        if dry_run:
+            return SyncResult(plan, applied=False)
+        client.apply(plan)
+    except SlurmUnreachable as error:
+        if not dry_run:
+            store.set_sink_status(SINK, pending=True, detail={"error": str(error)}, run_id=run_id)
+        return SyncResult(SyncPlan(), applied=False, pending=True, error=str(error))
+    store.set_sink_status(SINK, pending=False, detail={"actions": len(plan.actions),
+                                                       "held_by_admin": plan.held_by_admin}, run_id=run_id)
+    return SyncResult(plan, applied=True)

@@ -1,0 +1,154 @@
+"""Admission reaches Slurm: a real slurmctld and one slurmd per simulated host on loopback (no mocked scontrol).
+
+Quarantined and not-yet-admitted nodes are drained with reasons that start ``provision:``; an admitted node is
+resumed only when the drain is ours; an administrator's drain stays; slurmctld down leaves the store updated and
+the sync pending until the next run; the spec's topology.conf is accepted by slurmctld.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provision.cli import main
+from provision.facts.slurm import SlurmNode, parse_nodes
+from provision.slurm import plan_sync, wanted_reason
+from provision.state import NodeRecord, NodeState
+from tests import slurmcluster
+from tests.conftest import run_cli
+from topology import hostlist
+
+HOSTS = hostlist.expand("sim[01-16]")
+
+
+def _record(name: str, state: NodeState, *, stage: str | None = None, reason: str = "",
+            run_id: str | None = "R1") -> NodeRecord:
+    return NodeRecord(name, "compute", state, stage, reason, True, 0, "2026-11-23T10:00:00+00:00", run_id)
+
+
+def _slurm(name: str, state: str = "idle", flags: tuple[str, ...] = (), reason: str = "",
+           features: tuple[str, ...] = ()) -> SlurmNode:
+    return SlurmNode(name, state, frozenset(flags), reason, "root" if reason else "", features, features)
+
+
+@pytest.mark.fast
+def test_the_plan_drains_what_is_not_admitted_and_resumes_only_our_drains() -> None:
+    quarantined = _record("a", NodeState.QUARANTINED, stage="node", reason="node/matmul: GPU 5 at 48%")
+    records = [quarantined, _record("b", NodeState.ADMITTED), _record("c", NodeState.ADMITTED),
+               _record("d", NodeState.ADMITTED), _record("e", NodeState.NEW, run_id=None)]
+    slurm = {"a": _slurm("a"), "b": _slurm("b", flags=("drain",), reason=wanted_reason(quarantined)),
+             "c": _slurm("c", flags=("drain",), reason="fan failure, ticket 4711"), "d": _slurm("d"),
+             "e": _slurm("e")}
+    plan = plan_sync(records, slurm)
+    assert [(action.node, action.kind) for action in plan.actions] == [("a", "drain"), ("b", "resume"),
+                                                                       ("e", "drain")]
+    assert plan.actions[0].reason == "provision: node/matmul: GPU 5 at 48% (run R1)"
+    assert plan.actions[2].reason == "provision: not admitted yet: new"
+    assert plan.held_by_admin == {"c": "fan failure, ticket 4711"}
+    # applied, the same plan again is empty: the sync is idempotent
+    after = {"a": _slurm("a", flags=("drain",), reason=plan.actions[0].reason), "b": _slurm("b"),
+             "c": slurm["c"], "d": _slurm("d"), "e": _slurm("e", flags=("drain",), reason=plan.actions[2].reason)}
+    again = plan_sync(records, after)
+    assert again.actions == [] and again.held_by_admin == {"c": "fan failure, ticket 4711"}
+
+
+@pytest.mark.fast
+def test_features_follow_the_store_and_foreign_features_stay() -> None:
+    own = {"a": ("h100-sxm-80gb", "rails8"), "b": ("h100-sxm-80gb", "rails8")}
+    managed = frozenset({"burnin_ok", "h100-sxm-80gb", "rails8"})
+    records = [_record("a", NodeState.ADMITTED), _record("b", NodeState.QUARANTINED, stage="preflight",
+                                                         reason="preflight/xid: Xid 79")]
+    slurm = {"a": _slurm("a", features=("bigmem",)),
+             "b": _slurm("b", flags=("drain",), reason=wanted_reason(records[1]),
+                         features=("bigmem", "burnin_ok", "h100-sxm-80gb", "rails8"))}
+    plan = plan_sync(records, slurm, own_features=own, managed=managed)
+    assert [(action.node, action.kind, action.features) for action in plan.actions] == [
+        ("a", "features", ("bigmem", "burnin_ok", "h100-sxm-80gb", "rails8")),
+        ("b", "features", ("bigmem", "h100-sxm-80gb", "rails8"))]
+
+
+@pytest.mark.fast
+def test_a_long_reason_is_one_bounded_line() -> None:
+    record = _record("a", NodeState.QUARANTINED, stage="collectives", reason="collectives/x: " + "word\n" * 200)
+    reason = wanted_reason(record)
+    assert len(reason) <= 240 and "\n" not in reason and reason.endswith("... (run R1)")
+
+
+def _spec_with_slurm(sim_spec: Path, conf: Path) -> Path:
+    spec = yaml.safe_load(sim_spec.read_text())
+    spec["slurm"] = {"conf": str(conf)}
+    sim_spec.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return sim_spec
+
+
+@pytest.mark.skipif(not slurmcluster.available(), reason=slurmcluster.MISSING)
+def test_admission_reaches_a_real_slurm(sim_spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topology = run_cli("topology", "slurm", str(sim_spec))
+    assert topology.returncode == 0, topology.stderr
+    with slurmcluster.running(tmp_path / "slurm", HOSTS, topology=topology.stdout) as cluster:
+        shown = cluster.scontrol("show", "topology").stdout
+        assert "SwitchName=su01" in shown and "Nodes=sim[01-04]" in shown and "SwitchName=fabric" in shown
+        listing = cluster.scontrol("-o", "show", "node").stdout
+        assert [node.name for node in parse_nodes(listing)] == HOSTS
+
+        spec = _spec_with_slurm(sim_spec, cluster.conf)
+        cluster.scontrol("update", "nodename=sim02", "state=drain", "reason=fan failure, ticket 4711")
+        assert main(["apply", str(spec), "--phases", "simulate,register"]) == 0
+        capsys.readouterr()
+        reasons = cluster.sinfo_reasons()
+        assert set(reasons) == set(HOSTS), "a node that is not admitted yet takes jobs"
+        assert reasons["sim01"].startswith("provision: not admitted yet: new")
+        assert reasons["sim02"] == "fan failure, ticket 4711"
+
+        quarantined = {"sim07": "preflight/xid: Xid 79 on GPU 0000:4b:00", "sim09": "node/matmul: GPU 5 slow"}
+        for node, reason in quarantined.items():
+            assert main(["quarantine", node, "--reason", reason, "--spec", str(spec)]) == 0
+        assert main(["admit", "sim[01-06,08,10-16]", "--reason", "burn-in passed", "--spec", str(spec)]) == 0
+        said = capsys.readouterr().out
+        assert "sim02 is admitted here but stays drained in slurm by an administrator: fan failure" in said
+        reasons = cluster.sinfo_reasons()
+        assert set(reasons) == {"sim02", "sim07", "sim09"}
+        assert reasons["sim02"] == "fan failure, ticket 4711"
+        for node, reason in quarantined.items():
+            assert reasons[node].startswith(f"provision: quarantined by an operator: {reason} (run ")
+        features = {node.name: node.available_features for node in parse_nodes(
+            cluster.scontrol("-o", "show", "node").stdout)}
+        assert features["sim01"] == ("burnin_ok", "h100-sxm-80gb", "rails8")
+        assert features["sim07"] == ("h100-sxm-80gb", "rails8")
+
+        assert main(["admit", "sim09", "--reason", "GPU replaced", "--spec", str(spec)]) == 0
+        capsys.readouterr()
+        assert set(cluster.sinfo_reasons()) == {"sim02", "sim07"}
+
+        assert main(["slurm", "sync", str(spec), "--dry-run", "--json"]) == 0
+        drift = json.loads(capsys.readouterr().out)
+        assert drift["actions"] == [] and drift["held_by_admin"] == {"sim02": "fan failure, ticket 4711"}
+
+        cluster.stop_controller()
+        assert main(["quarantine", "sim10", "--reason", "link flaps", "--spec", str(spec), "--json"]) == 0
+        moved = json.loads(capsys.readouterr().out)
+        assert moved["nodes"] == ["sim10"] and moved["sinks"]["slurm"]["pending"] is True
+        assert main(["status", str(spec)]) == 0
+        assert "slurm sync pending since" in capsys.readouterr().out
+        cluster.start_controller()
+        assert main(["slurm", "sync", str(spec)]) == 0
+        assert "did drain sim10: provision: quarantined by an operator: link flaps" in capsys.readouterr().out
+        assert set(cluster.sinfo_reasons()) == {"sim02", "sim07", "sim10"}
+        assert main(["status", str(spec)]) == 0
+        assert "pending" not in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not slurmcluster.available(), reason=slurmcluster.MISSING)
+def test_spec_nodes_slurm_does_not_know_are_a_located_error_and_nothing_changes(sim_spec: Path,
+                                                                                  tmp_path: Path) -> None:
+    with slurmcluster.running(tmp_path / "slurm", [*hostlist.expand("sim[01-14]"), "gpu01"]) as cluster:
+        spec = _spec_with_slurm(sim_spec, cluster.conf)
+        assert main(["apply", str(spec), "--phases", "simulate,register"]) == 0
+        result = run_cli("slurm", "sync", str(spec))
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"{spec}:" in result.stderr and "2 node(s) of the spec are not Slurm nodes: sim[15-16]" in result.stderr
+        assert "Slurm has 1 node(s) the spec does not name: gpu01" in result.stderr
+        assert cluster.sinfo_reasons() == {}, "something was changed in Slurm"
