@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import ansible, inventory
+from provision import ansible, inventory, node_check
 from provision.burnin.phase import BurninPhase
 from provision.errors import UsageProblem
 from provision.phases import Phase, PhaseContext, PhaseReport, SystemicFailure
@@ -148,7 +148,9 @@ class ProvisionPhase:
                                {"hosts": unbuilt})
         with tempfile.TemporaryDirectory() as scratch:
             path = inventory.write(loaded, state_dir, Path(scratch) / "inventory.yml")
-            result = ansible.run_playbook(path, hosts, check=True, forks=forks)
+            checks = node_check.write_check_files(loaded, Path(scratch) / "node-check")
+            result = ansible.run_playbook(path, hosts, check=True, forks=forks,
+                                          extravars={"node_check_dir": str(checks)})
         changes = {host: outcome.changes for host, outcome in result.hosts.items() if outcome.changes}
         failures = {host: f"{outcome.failed_task}: {outcome.message}" for host, outcome in result.hosts.items()
                     if not outcome.succeeded}
@@ -166,7 +168,9 @@ class ProvisionPhase:
         path = inventory.write(context.loaded, context.store.state_dir, context.run.path / "inventory.yml")
         # play keywords (max_fail_percentage) see extra vars, not inventory vars: the budget goes here
         budget = {"provision_max_fail_percentage": context.loaded.spec.admission.max_failure_percent.provision}
-        result = ansible.run_playbook(path, hosts, forks=context.forks, extravars={**budget, **context.secrets},
+        checks = node_check.write_check_files(context.loaded, context.run.path / "node-check")
+        result = ansible.run_playbook(path, hosts, forks=context.forks,
+                                      extravars={**budget, "node_check_dir": str(checks), **context.secrets},
                                       on_task=lambda host, task, outcome: context.run.event(
                                           "task", host=host, task=task, outcome=outcome))
         if result.status in ("canceled", "timeout"):

@@ -152,3 +152,48 @@ def test_spec_nodes_slurm_does_not_know_are_a_located_error_and_nothing_changes(
         assert f"{spec}:" in result.stderr and "2 node(s) of the spec are not Slurm nodes: sim[15-16]" in result.stderr
         assert "Slurm has 1 node(s) the spec does not name: gpu01" in result.stderr
         assert cluster.sinfo_reasons() == {}, "something was changed in Slurm"
+
+
+@pytest.mark.skipif(not slurmcluster.available(), reason=slurmcluster.MISSING)
+def test_node_check_as_health_check_program_drains_a_node_after_an_xid(tmp_path: Path) -> None:
+    """slurmd runs ``provision node-check --drain`` on each node every HealthCheckInterval; an Xid injected into an
+    admitted, healthy node drains it with the check's reason within one interval, and nothing else is drained."""
+    import sys
+    import time
+
+    from provision.sim import kernel_log
+    from provision.sim.node import append_kernel_log
+    from tests.simhelpers import write_spec
+
+    (tmp_path / "cluster").mkdir()
+    spec = write_spec(tmp_path / "cluster", [], hosts="sim[01-02]", stages=["preflight"])
+    applied = run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=600)
+    assert applied.returncode == 0, applied.stderr
+    for host in ("sim01", "sim02"):
+        checked = run_cli("sim", "shell", str(spec), host, "--", sys.executable, "-m", "provision", "node-check",
+                          timeout=60)
+        assert checked.returncode == 0 and checked.stdout.startswith(f"OK: {host}: "), checked.stdout + checked.stderr
+    interval = 5
+    program = tmp_path / "health-check.sh"
+    slurm_dir = tmp_path / "slurm"
+    program.write_text("#!/bin/sh\n# slurmd runs this as root with SLURMD_NODENAME set; on a real node it is just\n"
+                       "# `provision node-check --drain` (scontrol finds /etc/slurm/slurm.conf); here it enters the\n"
+                       "# simulated host first and names this test's slurm.conf.\n"
+                       f'exec {sys.executable} -m provision sim shell {spec} "$SLURMD_NODENAME" -- '
+                       f"env SLURM_CONF={slurm_dir / 'slurm.conf'} {sys.executable} -m provision node-check --drain\n")
+    program.chmod(0o755)
+    with slurmcluster.running(slurm_dir, ["sim01", "sim02"],
+                              extra=f"HealthCheckProgram={program}\nHealthCheckInterval={interval}\n"
+                                    "HealthCheckNodeState=ANY") as cluster:
+        time.sleep(interval + 1)
+        assert cluster.sinfo_reasons() == {}, "a healthy node was drained by its health check"
+        root = spec.parent / ".provision" / "sim16" / "sim" / "nodes" / "sim02" / "root"
+        injected = time.monotonic()
+        append_kernel_log(root, kernel_log.xid_lines("0000:18:00.0", 79))
+        cluster.wait(lambda: "sim02" in cluster.sinfo_reasons(), "the health check drains sim02",
+                     timeout_s=interval * 2 + 10)
+        took = time.monotonic() - injected
+        reasons = cluster.sinfo_reasons()
+    assert set(reasons) == {"sim02"}
+    assert reasons["sim02"].startswith("provision node-check: sim02: xid: Xid 79"), reasons
+    assert took <= interval + 6, f"drained {took:.1f} s after the Xid (HealthCheckInterval {interval} s)"
