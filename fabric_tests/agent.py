@@ -43,12 +43,22 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nproc", type=int, required=True)
     parser.add_argument("--nnodes", type=int, default=1)
     parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--node-ranks", default="", metavar="JSON",
+                        help="host -> node rank, for a launcher that starts the same command on every node (srun): "
+                             "this node's rank is its entry, found by SLURMD_NODENAME or else the hostname")
     parser.add_argument("--master", required=True, help="HOST:PORT of the c10d store (node rank 0 serves it); "
                         "'local' for a single-node world whose store this agent serves on a free port")
     parser.add_argument("--deadline", type=float, required=True)
     parser.add_argument("--env", action="append", default=[], metavar="K=V")
     parser.add_argument("--params", default="{}")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.node_ranks:
+        ranks = json.loads(args.node_ranks)
+        name = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        if name not in ranks:
+            parser.error(f"--node-ranks names no rank for this node ({name})")
+        args.node_rank = int(ranks[name])
+    return args
 
 
 def _worker(module: Any, args: argparse.Namespace, local_rank: int, params: dict[str, Any]) -> None:
@@ -155,7 +165,8 @@ def main(argv: list[str]) -> int:
         pids[local_rank] = pid
     outcome = supervise(pids, deadline, parent)
     alive = [pid for pid in pids.values() if _alive(pid)]
-    emit("agent", node_rank=args.node_rank, workers={str(k): v for k, v in sorted(outcome.items())},
+    emit("agent", node=os.environ.get("SLURMD_NODENAME") or socket.gethostname(), node_rank=args.node_rank,
+         workers={str(k): v for k, v in sorted(outcome.items())},
          seconds=round(time.monotonic() - started, 3), left_alive=len(alive))
     return 0 if all(v["exit"] == 0 for v in outcome.values()) else 1
 

@@ -13,9 +13,11 @@ run retries it whole.
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ BURNIN_OK = "burnin_ok"
 MAX_REASON = 240
 
 
-class SlurmUnreachable(Exception):
+class SlurmUnreachable(Refusal, RuntimeError):
     """scontrol could not reach slurmctld (or is not installed here): the sync is pending, nothing is lost."""
 
 
@@ -132,7 +134,7 @@ class SlurmClient:
         self.env = {**os.environ, **({"SLURM_CONF": str(conf)} if conf else {})}
         self.timeout_s = timeout_s
 
-    def _run(self, argv: list[str]) -> str:
+    def run(self, argv: list[str]) -> str:
         try:
             done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=self.timeout_s)
         except FileNotFoundError:
@@ -145,7 +147,7 @@ class SlurmClient:
         return done.stdout
 
     def nodes(self) -> dict[str, SlurmNode]:
-        text = self._run(SLURM_NODES.argv)
+        text = self.run(SLURM_NODES.argv)
         try:
             return {node.name: node for node in parse_nodes(text)}
         except SlurmOutputError as error:
@@ -154,13 +156,13 @@ class SlurmClient:
     def apply(self, plan: SyncPlan) -> None:
         resumes = [action.node for action in plan.actions if action.kind == "resume"]
         if resumes:
-            self._run(["scontrol", "update", f"nodename={hostlist.compress(resumes)}", "state=resume"])
+            self.run(["scontrol", "update", f"nodename={hostlist.compress(resumes)}", "state=resume"])
         for action in plan.actions:
             if action.kind == "drain":
-                self._run(["scontrol", "update", f"nodename={action.node}", "state=drain", f"reason={action.reason}"])
+                self.run(["scontrol", "update", f"nodename={action.node}", "state=drain", f"reason={action.reason}"])
             elif action.kind == "features":
                 listed = ",".join(action.features)
-                self._run(["scontrol", "update", f"nodename={action.node}", f"AvailableFeatures={listed}",
+                self.run(["scontrol", "update", f"nodename={action.node}", f"AvailableFeatures={listed}",
                            f"ActiveFeatures={listed}"])
 
 
@@ -219,3 +221,45 @@ def sync(loaded: LoadedSpec, store: StateStore, *, dry_run: bool = False, run_id
     store.set_sink_status(SINK, pending=False, detail={"actions": len(plan.actions),
                                                        "held_by_admin": plan.held_by_admin}, run_id=run_id)
     return SyncResult(plan, applied=True)
+
+
+class SlurmWindowRefused(Refusal, ValueError):
+    """The burn-in cannot have its nodes in Slurm (an administrator's drain on a candidate)."""
+
+
+_window: list[str] = []  # the maintenance reservation of the burn-in in progress, for the srun launcher
+
+
+def active_reservation() -> str | None:
+    return _window[-1] if _window else None
+
+
+@contextmanager
+def burnin_window(loaded: LoadedSpec, store: StateStore, run_id: str, nodes: Sequence[str]) -> Iterator[str]:
+    """The candidates in a maintenance reservation of their own, our drains lifted inside it, for the length of
+    the burn-in; after it, Slurm is synced with the verdicts first and the reservation removed last, so no
+    other job lands on a node between its verdict and its drain."""
+    client = client_for(loaded)
+    known = client.nodes()
+    check_names(loaded, known)
+    held = {name: known[name].reason for name in nodes if known[name].drained and not ours(known[name])}
+    if held:
+        raise SlurmWindowRefused("the slurm launcher cannot use nodes an administrator drained: " + "; ".join(
+            f"{name} ({reason})" for name, reason in sorted(held.items())) + ": resume them in Slurm or leave "
+            "them out with --limit")
+    name = f"provision-burnin-{run_id}"
+    client.run(["scontrol", "create", "reservation", f"ReservationName={name}", "StartTime=now",
+                "Duration=UNLIMITED", f"Users={getpass.getuser()}", "Flags=MAINT,IGNORE_JOBS",
+                f"Nodes={hostlist.compress(list(nodes))}"])
+    _window.append(name)
+    try:
+        drained = [node for node in nodes if known[node].drained]
+        if drained:
+            client.run(["scontrol", "update", f"nodename={hostlist.compress(drained)}", "state=resume"])
+        yield name
+    finally:
+        _window.remove(name)
+        try:
+            sync(loaded, store, run_id=run_id)
+        finally:
+            client.run(["scontrol", "delete", f"reservation={name}"])

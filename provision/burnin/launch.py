@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
+import secrets
+import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fabric_tests.protocol import parse
+from provision import slurm
 from provision.observe import CommandResult, open_session
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
+from topology import hostlist
 
 AGENT_MARGIN_S = 30.0
 
@@ -81,6 +87,10 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
     # NCCL says which transport it chose at INFO level; the collectives check it (the spec's own setting wins)
     variables = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", **burnin.nccl_env}
     env = [f"--env={name}={value}" for name, value in sorted(variables.items())]
+    if burnin.launcher == "slurm":
+        return launch_srun(loaded, nodes, test=test, nproc=nproc, params=params, deadline_s=deadline_s,
+                           master="local" if separate else f"{nodes[0].address}:{base_port}", env=env,
+                           separate=separate)
 
     def one(index_node: tuple[int, ResolvedNode]) -> NodeRun:
         index, node = index_node
@@ -107,3 +117,62 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
     with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
         runs = list(pool.map(one, enumerate(nodes)))
     return LaunchResult(test, runs, nproc)
+
+
+def launch_srun(loaded: LoadedSpec, nodes: list[ResolvedNode], *, test: str, nproc: int, params: dict[str, Any],
+                deadline_s: float, master: str, env: list[str], separate: bool) -> LaunchResult:
+    """The same agents started by one ``srun`` (one task per node, inside the burn-in's reservation): slurmd fans
+    out instead of one session per node held here. Each node's lines come back labelled with its task; the
+    agent's final record names its node. Slurm's time limit and the agent's own deadline bound it; ``scancel``
+    takes the job down if srun itself outlives them."""
+    names = [node.name for node in nodes]
+    ranks = {name: 0 if separate else index for index, name in enumerate(names)}
+    agent = [loaded.spec.burnin.python, "-m", "fabric_tests.agent", "--test", test, "--nproc", str(nproc),
+             "--nnodes", "1" if separate else str(len(nodes)), "--node-ranks", json.dumps(ranks), "--master", master,
+             "--deadline", f"{deadline_s:g}", *env, "--params", json.dumps(params, separators=(",", ":"))]
+    job = f"provision-{test}-{secrets.token_hex(3)}"
+    reservation = slurm.active_reservation()
+    argv = ["srun", f"--job-name={job}", f"--nodelist={hostlist.compress(names)}", f"--nodes={len(names)}",
+            f"--ntasks={len(names)}", "--ntasks-per-node=1", f"--time={math.ceil((deadline_s + AGENT_MARGIN_S) / 60)}",
+            "--kill-on-bad-exit=0", "--label", "--quiet",
+            *([f"--reservation={reservation}"] if reservation else []), "--", *agent]
+    client = slurm.client_for(loaded)
+    started = time.monotonic()
+    process = subprocess.Popen(argv, env=client.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timed_out = False
+    try:
+        stdout, stderr = process.communicate(timeout=deadline_s + AGENT_MARGIN_S + 30)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        subprocess.run(["scancel", f"--name={job}"], env=client.env, capture_output=True, timeout=30)
+        process.kill()
+        stdout, stderr = process.communicate()
+    took = time.monotonic() - started
+    by_task_out, by_task_err = _by_task(stdout), _by_task(stderr)
+    node_of_task: dict[str, str] = {}
+    for label, text in by_task_out.items():
+        agents = [record for record in parse(text) if record.get("type") == "agent"]
+        if agents and agents[-1].get("node") in ranks:
+            node_of_task[label] = agents[-1]["node"]
+    runs = []
+    for name in names:
+        task: str | None = next((label for label, node in node_of_task.items() if node == name), None)
+        run = NodeRun(name, ranks[name])
+        out, err = (by_task_out.get(task, ""), by_task_err.get(task, "")) if task is not None else ("", stderr)
+        run.command = CommandResult(tuple(argv), process.returncode if task else -1, out, err, took,
+                                    timed_out=timed_out)
+        run.records = parse(out)
+        if task is None and not timed_out and process.returncode != 0:
+            run.connect_error = f"srun: {stderr.strip().splitlines()[-1] if stderr.strip() else process.returncode}"
+        runs.append(run)
+    return LaunchResult(test, runs, nproc)
+
+
+def _by_task(text: str) -> dict[str, str]:
+    """srun --label output split by task: ``"3: line"`` -> {"3": "line\n"}; unlabelled lines are srun's own."""
+    tasks: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        label, sep, rest = line.partition(": ")
+        if sep and label.strip().isdigit():
+            tasks.setdefault(label.strip(), []).append(rest)
+    return {task: "\n".join(lines) + "\n" for task, lines in tasks.items()}

@@ -17,9 +17,11 @@ and the nodes stay in burning-in at that stage for the operator to look at.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 
+from provision import slurm
 from provision.burnin import multinode, pairs, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import run_preflight
@@ -135,6 +137,14 @@ class BurninPhase:
         taken, skipped = eligible(store, context.targets, stages, retest_quarantined=context.retest_quarantined)
         if not taken:
             return PhaseReport(self.name, "no node to burn in", {"skipped": skipped})
+        window = (slurm.burnin_window(loaded, store, run.id, [node.name for node in taken])
+                  if loaded.spec.burnin.launcher == "slurm" else contextlib.nullcontext())
+        with window:
+            return self._stages(context, taken, skipped, stages)
+
+    def _stages(self, context: PhaseContext, taken: list[ResolvedNode], skipped: dict[str, str],
+                stages: Sequence[str]) -> PhaseReport:
+        loaded, store, run = context.loaded, context.store, context.run
         campaign, resumed = store.open_campaign(run.id, stages, loaded.sha256)
         run.event("burnin.campaign", campaign=campaign, resumed=resumed, nodes=[node.name for node in taken])
         passed = store.passes(campaign)

@@ -321,6 +321,9 @@ class Burnin(Strict):
     nccl_env: dict[Annotated[str, StringConstraints(pattern=r"^(NCCL|TORCH_NCCL|CUDA|GLOO)_[A-Z0-9_]+$")], str] = {}
     #: The interpreter on the nodes that has torch and this project's fabric_tests.
     python: str = "python3"
+    #: How the stages start their agents: ``ssh``, one session per node held by the controller (the connection
+    #: model); ``slurm``, one ``srun`` per launch inside a maintenance reservation (needs the ``slurm:`` section).
+    launcher: Literal["ssh", "slurm"] = "ssh"
     #: GPUs per node that take part in multi-node stages (default: all of them).
     ranks_per_node: Annotated[int, Field(ge=1, le=64)] | None = None
     workload: Workload = Workload()

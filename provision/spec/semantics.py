@@ -73,6 +73,10 @@ def resolve(spec: ClusterSpec, spec_dir: Path) -> Resolution:
     _check_paths(spec, spec_dir, problems)
     _check_faults(spec, {node.name: node for node in nodes}, problems)
     _check_checkpoint_dir(spec, len(nodes), problems)
+    if spec.burnin is not None and spec.burnin.launcher == "slurm" and spec.slurm is None:
+        problems.append(Problem(("burnin", "launcher"), "the slurm launcher starts the agents with srun, which "
+                                "needs a slurm: section (its conf, at least)", "add slurm: {conf: ...} or use "
+                                "launcher: ssh"))
     if fabric is not None and not problems:
         _check_cable_targets(spec, nodes, fabric, problems)
     return Resolution(nodes, fabric, problems)
