@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from provision.capacity import capacity
 from provision.report.gather import busbw_rows, gpu_rows, link_health, node_records, pair_rows
 from provision.spec import LoadedSpec
 from provision.state import NodeState, StateStore
@@ -94,6 +95,10 @@ def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Fam
             since.add(stamp, cluster=cluster, node=record.name)
     for name, count in counts.items():
         nodes.add(count, cluster=cluster, state=name)
+    needed = Family("provision_nodes_needed",
+                    "Admitted nodes the delivery needs: ceil(nodes x (1 - admission.spare_fraction))")
+    needed.add(capacity(sum(counts.values()), counts[NodeState.ADMITTED.value],
+                        loaded.spec.admission.spare_fraction).needed, cluster=cluster)
 
     runs = store.runs(limit=1000)
     duration = Family("provision_run_duration_seconds", "How long the latest run of each command took")
@@ -143,7 +148,7 @@ def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Fam
     suspects = Family("provision_cable_suspect_score", "Link-health score of each suspect cable, by class")
     for row in link_health(loaded, state_dir)["suspects"]:
         suspects.add(row["score"], cluster=cluster, cable=row["cable"], **{"class": row["class"]})
-    return [nodes, state, since, outcome, duration, exit_code, finished, busbw, matmul, memory, pairs, suspects]
+    return [nodes, needed, state, since, outcome, duration, exit_code, finished, busbw, matmul, memory, pairs, suspects]
 
 
 def textfile_dir(loaded: LoadedSpec) -> Path | None:

@@ -51,7 +51,8 @@ def test_the_example_quarantines_exactly_its_faulty_nodes() -> None:
 
 @pytest.mark.skipif(not (promstack.PROMETHEUS and promstack.NODE_EXPORTER and promstack.PROMTOOL),
                     reason=promstack.MISSING)
-def test_prometheus_scrapes_the_textfile_and_counts_the_verdicts(sim_spec: Path, tmp_path: Path) -> None:
+def test_prometheus_scrapes_the_textfile_and_counts_the_verdicts(sim_spec: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["apply", str(sim_spec), "--phases", "simulate,register"]) == 0
     for node, (stage, check) in EXAMPLE_QUARANTINED.items():
         assert main(["quarantine", node, "--reason", f"{stage}/{check}: as the burn-in finds it",
@@ -65,6 +66,12 @@ def test_prometheus_scrapes_the_textfile_and_counts_the_verdicts(sim_spec: Path,
                             capture_output=True, timeout=30)
     assert linted.returncode == 0, linted.stdout + linted.stderr
     assert 'provision_nodes{cluster="sim16",state="admitted"} 11' in textfile.read_text()
+    assert 'provision_nodes_needed{cluster="sim16"} 15' in textfile.read_text()  # 16 x (1 - spare_fraction 0.1)
+
+    capsys.readouterr()
+    assert main(["status", str(sim_spec)]) == 0
+    assert ("capacity: 11 of 16 node(s) admitted; the delivery needs 15 (spare_fraction 0.1): short by 4"
+            in capsys.readouterr().out)
 
     explicit = tmp_path / "textfile"
     assert main(["metrics", str(sim_spec), "--textfile", str(explicit)]) == 0
@@ -113,3 +120,18 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
                              timeout=30)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"{len(rules)} rules found" in checked.stdout
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("nodes", "admitted", "spare", "needed", "line_end"), [
+    (16, 11, 0.1, 15, "short by 4"),
+    (16, 16, 0.1, 15, "met, 1 spare"),
+    (16, 12, 0.25, 12, "met, 0 spare"),  # 16 x 0.75 is 12, not 13
+    (511, 500, 0.0, 511, "short by 11"),
+])
+def test_spare_fraction_says_whether_the_delivery_is_met(nodes: int, admitted: int, spare: float, needed: int,
+                                                         line_end: str) -> None:
+    from provision.capacity import capacity
+
+    enough = capacity(nodes, admitted, spare)
+    assert enough.needed == needed and enough.line().endswith(line_end)

@@ -26,6 +26,7 @@ from provision.burnin import multinode, pairs, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import run_preflight
 from provision.burnin.verdict import NodeVerdict
+from provision.capacity import capacity
 from provision.phases import PhaseContext, PhaseReport, SystemicFailure
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
@@ -198,13 +199,17 @@ class BurninPhase:
         if failed:
             summary += f"; {len(failed)} quarantined: " + "; ".join(
                 f"{name}: {verdicts[name].reason}" for name in sorted(failed))
+        in_spec = [record for record in store.nodes() if record.in_spec]
+        enough = capacity(len(in_spec), sum(1 for record in in_spec if record.state is NodeState.ADMITTED),
+                          loaded.spec.admission.spare_fraction)
+        summary += f"; {enough.line()}"
         cables = store.cables_found(run.id)
         if cables:
             summary += (f"; {len(cables)} fabric cable(s) named by the pair tests (no node's fault): "
                         f"{', '.join(cables)} — see `provision topology flaps`")
         return PhaseReport(self.name, summary, {"admitted": admitted, "quarantined": sorted(failed),
                                                 "skipped": skipped, "campaign": campaign, "resumed": resumed,
-                                                "fabric_findings": cables})
+                                                "fabric_findings": cables, "capacity": enough.as_dict()})
 
     def _entry_points(self, store: StateStore, campaign: str, taken: list[ResolvedNode], stages: Sequence[str],
                       passed: dict[str, set[str]], run_id: str) -> dict[str, int]:

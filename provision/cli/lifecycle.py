@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.markup import escape
 
 from provision import pipeline, run_context
+from provision.capacity import capacity
 from provision.cli.common import (
     argv,
     emit_json,
@@ -106,7 +107,7 @@ def apply(spec: Path, state_dir: Path | None, limit: str | None, phases: str | N
         out.print(f"[bold]{report.name}[/]: {escape(report.summary)}")
     out.print(f"run {result.run.id}: record in {result.run.path}")
     with StateStore(target) as store:
-        print_status(loaded.spec.cluster.name, store)
+        print_status(loaded.spec.cluster.name, store, loaded.spec.admission.spare_fraction)
     return result.exit_code
 
 
@@ -142,7 +143,7 @@ def burnin(spec: Path, state_dir: Path | None, limit: str | None, wait_lock: flo
         if report:
             out.print(f"[bold]burnin[/]: {escape(report.summary)}")
         out.print(f"run {result.run.id}: record in {result.run.path}")
-        print_status(loaded.spec.cluster.name, store)
+        print_status(loaded.spec.cluster.name, store, loaded.spec.admission.spare_fraction)
     return result.exit_code
 
 
@@ -155,7 +156,9 @@ def status(spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
     if spec is not None:
         loaded = load_spec(spec)
         directory, cluster = state_dir_of(loaded, state_dir), loaded.spec.cluster.name
+        spare: float | None = loaded.spec.admission.spare_fraction
     else:
+        spare = None
         directory = state_dir_without_spec(state_dir)
         cluster = directory.name
     store = StateStore.open_readonly(directory)
@@ -164,9 +167,12 @@ def status(spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
     with store:
         if as_json:
             runs = store.runs(limit=1)
+            in_spec = [record for record in store.nodes() if record.in_spec]
+            admitted = sum(1 for record in in_spec if record.state is NodeState.ADMITTED)
             emit_json({"cluster": cluster, "state_dir": str(directory), "counts": store.counts(),
+                       "capacity": capacity(len(in_spec), admitted, spare).as_dict() if spare is not None else None,
                        "nodes": [record.as_dict() for record in store.nodes()],
                        "last_run": runs[0] if runs else None})
         else:
-            print_status(cluster, store)
+            print_status(cluster, store, spare)
     return EXIT_OK

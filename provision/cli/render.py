@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from provision.capacity import capacity
 from provision.cli.common import out
 from provision.state import NodeState, StateStore
 from topology import hostlist
 
 
-def print_status(cluster: str, store: StateStore) -> None:
+def print_status(cluster: str, store: StateStore, spare_fraction: float | None = None) -> None:
     counts = store.counts()
     records = store.nodes()
     table = Table(title=f"{cluster}: {sum(counts.values())} nodes", title_justify="left")
@@ -31,6 +32,10 @@ def print_status(cluster: str, store: StateStore) -> None:
         for record in held:
             reasons.add_row(record.name, record.stage or "", record.reason, record.updated_at)
         out.print(reasons)
+    if spare_fraction is not None:
+        in_spec = [record for record in records if record.in_spec]
+        admitted = sum(1 for record in in_spec if record.state is NodeState.ADMITTED)
+        out.print(capacity(len(in_spec), admitted, spare_fraction).line(), markup=False)
     print_sinks(store)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from provision import cable_repairs
 from provision.burnin.multinode import stage_limits
+from provision.capacity import capacity
 from provision.errors import Refusal, UsageProblem
 from provision.ib_fabric import design_fabric, places_of_cables
 from provision.spec import LoadedSpec
@@ -50,6 +51,7 @@ class ReportData:
     cable_findings: list[dict[str, Any]] = field(default_factory=list)
     link_health: dict[str, Any] = field(default_factory=dict)
     fabric_svg: str = ""
+    capacity: str = ""
 
 
 def _load(path: Path) -> Any:
@@ -223,6 +225,8 @@ def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
             nodes=[{"node": record.name, "state": str(record.state), "stage": record.stage or "",
                     "reason": record.reason} for record in in_spec],
             cards=_cards(store, in_spec), thresholds=[], cable_findings=findings)
+    admitted = sum(1 for row in data.nodes if row["state"] == "admitted")
+    data.capacity = capacity(len(data.nodes), admitted, loaded.spec.admission.spare_fraction).line()
     limits = {node.name: stage_limits(loaded, node) for node in loaded.nodes}
     first = loaded.nodes[0]
     data.thresholds = [{"name": name, "value": value.value, "reason": value.reason} for name, value in
