@@ -85,24 +85,32 @@ class SlurmCluster:
         raise AssertionError(f"timed out after {timeout_s:g} s waiting until {what}")
 
 
-def _stop(pid_file: Path) -> None:
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return
-    try:
-        os.kill(pid, 15)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+def _stop(*pid_files: Path) -> None:
+    """SIGTERM every daemon at once, wait (bounded) for all of them, SIGKILL what is left."""
+    pids = []
+    for pid_file in pid_files:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    with suppress(ProcessLookupError):
-        os.kill(pid, 9)
+            pids.append(int(pid_file.read_text().strip()))
+        except (OSError, ValueError):
+            continue
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            os.kill(pid, 15)
+    deadline = time.monotonic() + 10
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _alive(pid)]
+        time.sleep(0.05)
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @contextmanager
@@ -146,8 +154,7 @@ def running(directory: Path, nodes: list[str], *, topology: str | None = None, e
                 timeout=30).stdout.split()), "every slurmd registered idle")
         yield cluster
     finally:
-        for node in nodes:
-            _stop(directory / f"slurmd-{node}.pid")
+        _stop(*(directory / f"slurmd-{node}.pid" for node in nodes))
         _stop(directory / "slurmctld.pid")
         _stop(munge / "pid")
         shutil.rmtree(munge, ignore_errors=True)
