@@ -29,7 +29,7 @@ import time
 import warnings
 from typing import Any
 
-from fabric_tests.protocol import emit
+from fabric_tests.protocol import NODE_VARIABLE, emit
 
 STUCK_GRACE_S = 5.0
 ORPHANED_EXIT = 129  # as if hung up on: the controller that launched the agent is gone
@@ -58,6 +58,7 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
         if name not in ranks:
             parser.error(f"--node-ranks names no rank for this node ({name})")
         args.node_rank = int(ranks[name])
+        os.environ[NODE_VARIABLE] = name  # every record of this node, its workers' too, names it
     return args
 
 

@@ -7,16 +7,21 @@ agent's stdout without interleaving, and whatever else a library prints is ignor
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
 
 MARKER = "@@provision "
+#: Set by an agent started by srun: every record then names its node, because srun merges the nodes' lines into
+#: one stream (and its ``--label`` would cut lines longer than 1 KiB into labelled pieces).
+NODE_VARIABLE = "PROVISION_AGENT_NODE"
 
 
 def emit(kind: str, **fields: Any) -> None:
-    sys.stdout.write(MARKER + json.dumps({"type": kind, "t": round(time.time(), 4), **fields},
-                                         separators=(",", ":")) + "\n")
+    node = os.environ.get(NODE_VARIABLE)
+    record = {"type": kind, "t": round(time.time(), 4), **({"node": node} if node else {}), **fields}
+    sys.stdout.write(MARKER + json.dumps(record, separators=(",", ":")) + "\n")
     sys.stdout.flush()
 
 

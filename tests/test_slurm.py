@@ -197,3 +197,15 @@ def test_node_check_as_health_check_program_drains_a_node_after_an_xid(tmp_path:
     assert set(reasons) == {"sim02"}
     assert reasons["sim02"].startswith("provision node-check: sim02: xid: Xid 79"), reasons
     assert took <= interval + 6, f"drained {took:.1f} s after the Xid (HealthCheckInterval {interval} s)"
+
+
+@pytest.mark.fast
+def test_srun_label_pieces_are_put_back_into_each_tasks_lines() -> None:
+    """As srun 22.05 prints with --label (seen here: a 5000-byte line came back as 1027-byte labelled pieces)."""
+    from provision.burnin.launch import srun_lines
+
+    long_a, long_b, exact = "a" * 2500, "b" * 1500, "c" * 1024
+    pieces = [(" 0", long_a[:1024]), ("11", long_b[:1024]), (" 0", long_a[1024:2048]), ("11", long_b[1024:]),
+              (" 0", long_a[2048:]), (" 0", exact), (" 0", ""), ("11", "short")]
+    text = "\n".join(f"{label}: {piece}" for label, piece in pieces) + "\nsrun: error: a message of srun's own\n"
+    assert srun_lines(text) == {"0": f"{long_a}\n{exact}\n", "11": f"{long_b}\nshort\n"}

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import secrets
 import subprocess
 import time
@@ -122,9 +123,10 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
 def launch_srun(loaded: LoadedSpec, nodes: list[ResolvedNode], *, test: str, nproc: int, params: dict[str, Any],
                 deadline_s: float, master: str, env: list[str], separate: bool) -> LaunchResult:
     """The same agents started by one ``srun`` (one task per node, inside the burn-in's reservation): slurmd fans
-    out instead of one session per node held here. Each node's lines come back labelled with its task; the
-    agent's final record names its node. Slurm's time limit and the agent's own deadline bound it; ``scancel``
-    takes the job down if srun itself outlives them."""
+    out instead of one session per node held here. srun's output is labelled by task and put back together
+    (``srun_lines``); every record the agent and its workers write names its node (``PROVISION_AGENT_NODE``).
+    Slurm's time limit and the agent's own deadline bound it; ``scancel`` takes the job down if srun itself
+    outlives them."""
     names = [node.name for node in nodes]
     ranks = {name: 0 if separate else index for index, name in enumerate(names)}
     agent = [loaded.spec.burnin.python, "-m", "fabric_tests.agent", "--test", test, "--nproc", str(nproc),
@@ -148,31 +150,51 @@ def launch_srun(loaded: LoadedSpec, nodes: list[ResolvedNode], *, test: str, npr
         process.kill()
         stdout, stderr = process.communicate()
     took = time.monotonic() - started
-    by_task_out, by_task_err = _by_task(stdout), _by_task(stderr)
+    out_by_task, err_by_task = srun_lines(stdout), srun_lines(stderr)
     node_of_task: dict[str, str] = {}
-    for label, text in by_task_out.items():
-        agents = [record for record in parse(text) if record.get("type") == "agent"]
-        if agents and agents[-1].get("node") in ranks:
-            node_of_task[label] = agents[-1]["node"]
+    by_node: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for task, text in out_by_task.items():
+        for record in parse(text):  # every record the agent and its workers write names its node
+            if record.get("node") in by_node:
+                by_node[record["node"]].append(record)
+                node_of_task[task] = record["node"]
+    task_of_node = {node: task for task, node in node_of_task.items()}
     runs = []
     for name in names:
-        task: str | None = next((label for label, node in node_of_task.items() if node == name), None)
-        run = NodeRun(name, ranks[name])
-        out, err = (by_task_out.get(task, ""), by_task_err.get(task, "")) if task is not None else ("", stderr)
-        run.command = CommandResult(tuple(argv), process.returncode if task else -1, out, err, took,
-                                    timed_out=timed_out)
-        run.records = parse(out)
-        if task is None and not timed_out and process.returncode != 0:
+        run = NodeRun(name, ranks[name], records=by_node[name])
+        label = task_of_node.get(name)
+        out = out_by_task.get(label, "") if label is not None else ""
+        err = err_by_task.get(label, "") if label is not None else "".join(err_by_task.values())
+        run.command = CommandResult(tuple(argv), process.returncode, out, err, took, timed_out=timed_out)
+        if not by_node[name] and not timed_out and process.returncode != 0:
             run.connect_error = f"srun: {stderr.strip().splitlines()[-1] if stderr.strip() else process.returncode}"
         runs.append(run)
     return LaunchResult(test, runs, nproc)
 
 
-def _by_task(text: str) -> dict[str, str]:
-    """srun --label output split by task: ``"3: line"`` -> {"3": "line\n"}; unlabelled lines are srun's own."""
+SRUN_CHUNK = 1024  # srun forwards a task's output in pieces of at most this many bytes, each labelled
+_LABEL = re.compile(r"^ *(\d+): ")
+
+
+def srun_lines(text: str) -> dict[str, str]:
+    """``srun --label`` output back to each task's own text, whole lines again.
+
+    Unlabelled, srun interleaves the tasks' output in pieces, so two nodes' long lines can cut into each other
+    (seen: one of two 1.4 KiB training records per node lost). Labelled, every piece says its task, but a line
+    longer than 1024 bytes arrives as several labelled pieces: a piece of exactly 1024 bytes continues in the
+    task's next piece (for a line of exactly 1024 bytes, that next piece is empty)."""
     tasks: dict[str, list[str]] = {}
+    pending: dict[str, str] = {}
     for line in text.splitlines():
-        label, sep, rest = line.partition(": ")
-        if sep and label.strip().isdigit():
-            tasks.setdefault(label.strip(), []).append(rest)
+        found = _LABEL.match(line)
+        if not found:
+            continue  # srun's own messages
+        task, piece = found[1], line[found.end():]
+        joined = pending.pop(task, "") + piece
+        if len(piece.encode()) == SRUN_CHUNK:
+            pending[task] = joined
+        else:
+            tasks.setdefault(task, []).append(joined)
+    for task, rest in pending.items():
+        tasks.setdefault(task, []).append(rest)
     return {task: "\n".join(lines) + "\n" for task, lines in tasks.items()}
