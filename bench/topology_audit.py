@@ -21,7 +21,9 @@ import time
 from bench.fabrics import HOSTS_PER_SU, RAILS, reference_fabric, reference_hosts
 from provision.ib_fabric import design_endpoint, design_links
 from topology.audit import compare, discovered_links
-from topology.fattree import build_design
+from topology.bulk import collector_paused
+from topology.design import FabricDimensions
+from topology.fattree import HostRails, build_design
 from topology.ibnetdiscover import parse
 from topology.model import Cable, Fabric
 from topology.rules import bisection, disjoint_paths, even_uplinks, no_leaf_to_leaf, non_blocking, rail_alignment
@@ -51,12 +53,17 @@ def inject(fabric: Fabric, rng: random.Random) -> set[frozenset]:
 
 
 def measure(gpus: int) -> dict[str, object]:
-    hosts = gpus // 8
     dims, names = reference_hosts(gpus)
     as_built = reference_fabric(gpus)
     touched = inject(as_built, random.Random(gpus))
     dump = write_ibnetdiscover(as_built, lambda node: f"{abs(hash(node)) & 0xFFFFFFFFFFFFFFFF:016x}")
+    with collector_paused():  # as the product's audit runs (topology/bulk.py)
+        return _timed(gpus, dims, names, as_built, touched, dump)
 
+
+def _timed(gpus: int, dims: FabricDimensions, names: list[HostRails], as_built: Fabric, touched: set[frozenset],
+           dump: str) -> dict[str, object]:
+    hosts = gpus // 8
     timings: dict[str, float] = {}
     started = time.perf_counter()
     design = build_design(dims, names, HOSTS_PER_SU, RAILS)
@@ -102,7 +109,7 @@ def main() -> None:
         print(json.dumps(measure(args.size)))
         return
     rows = []
-    for gpus in ([4096] if args.quick else [4096, 32768]):
+    for gpus in ([4096] if args.quick else [4096, 32768, 65536]):
         result = subprocess.run([sys.executable, "-m", "bench.topology_audit", "--size", str(gpus)],
                                 capture_output=True, text=True, check=True, timeout=1800)
         rows.append(json.loads(result.stdout.splitlines()[-1]))

@@ -13,6 +13,7 @@ from provision.sim.paths import fabric_dir
 from provision.spec import LoadedSpec
 from topology import cabling, ibnetdiscover
 from topology.audit import ChangeReport, Finding, Link, compare, compare_change, discovered_links, down_endpoints
+from topology.bulk import bulk
 from topology.cabling import Endpoint, PlannedCable, discovered_endpoint
 from topology.fattree import HostRails, Naming, build_design
 from topology.ibnetdiscover import DiscoveredNode, Discovery
@@ -78,12 +79,23 @@ def check_identities(design: Fabric, discovery: Discovery) -> None:
         claimed[endpoint] = node
 
 
+@bulk
 def design_links(design: Fabric) -> list[Link]:
-    """The design's cables named the way dumps and plans name them."""
-    return [Link(design_endpoint(design, cable.a[0], cable.a[1]), design_endpoint(design, cable.b[0], cable.b[1]),
-                 cable.rate, cable.width) for cable in design.cables()]
+    """The design's cables named the way dumps and plans name them (each node's name worked out once)."""
+    named: dict[str, Endpoint | str] = {}
+    for node, data in design.graph.nodes(data=True):
+        named[node] = ((data["host"].lower(), f"{data['host']} {data['hca']}".lower()) if data["kind"] == HCA
+                       else node.lower())
+
+    def endpoint(port: tuple[str, int]) -> Endpoint:
+        name = named[port[0]]
+        return name if isinstance(name, tuple) else (name, str(port[1]))
+
+    return [Link(endpoint(cable.a), endpoint(cable.b), cable.rate, cable.width)
+            for _a, _b, cable in design.graph.edges(data="cable")]
 
 
+@bulk
 def audit_against_spec(loaded: LoadedSpec, discovery: Discovery, design: Fabric | None = None) -> AuditReport:
     """``design``: the spec's design when the caller already built it."""
     design = design or design_fabric(loaded)
@@ -97,6 +109,7 @@ def audit_against_spec(loaded: LoadedSpec, discovery: Discovery, design: Fabric 
     return AuditReport(findings, violations)
 
 
+@bulk
 def audit_change(loaded: LoadedSpec | None, plans: list[PlannedCable], before: Discovery,
                  after: Discovery) -> ChangeReport:
     design = design_links(design_fabric(loaded)) if loaded is not None else [Link(c.a, c.b) for c in plans]
@@ -104,6 +117,7 @@ def audit_change(loaded: LoadedSpec | None, plans: list[PlannedCable], before: D
                           down_before=down_endpoints(before), down_after=down_endpoints(after))
 
 
+@bulk
 def audit_against_plans(plans: list[PlannedCable], discovery: Discovery) -> AuditReport:
     findings = compare([Link(cable.a, cable.b) for cable in plans], discovered_links(discovery),
                        down_endpoints(discovery))

@@ -262,3 +262,27 @@ def test_max_flows_on_one_residual_network_match_networkx() -> None:
         assert sum(data["capacity"] for u, v, data in graph.edges(data=True) if (u in side) != (v in side)) == value
         network.reset()
     assert not any(network.flow), "reset undoes every push"
+
+
+def test_dinic_flow_value_matches_networkx_with_directed_terminal_arcs() -> None:
+    """The bisection's single flow: undirected switch edges plus directed source and sink arcs."""
+    import random
+
+    import networkx as nx
+
+    from topology.maxflow import max_flow_value
+
+    rng = random.Random(5)
+    for seed in range(12):
+        graph = nx.gnm_random_graph(50, 160, seed=seed)
+        edges = {(u, v): float(rng.choice([50, 100, 200, 400])) for u, v in graph.edges}
+        arcs = {("s", node): float(rng.choice([100, 400])) for node in rng.sample(range(50), 10)}
+        arcs.update({(node, "t"): float(rng.choice([100, 400])) for node in rng.sample(range(50), 10)})
+        reference = nx.DiGraph()
+        for (u, v), capacity in edges.items():
+            reference.add_edge(u, v, capacity=capacity)
+            reference.add_edge(v, u, capacity=capacity)
+        for (u, v), capacity in arcs.items():
+            reference.add_edge(u, v, capacity=capacity)
+        assert max_flow_value(edges, arcs, "s", "t") == nx.maximum_flow_value(reference, "s", "t")
+    assert max_flow_value({(1, 2): 5.0}, {}, 1, "absent") == 0.0

@@ -17,15 +17,18 @@ The first-end rule reproduces UFM's oracle on its own data (see the conformance 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from topology.cabling import Endpoint, discovered_endpoint, is_internal, node_device
+from topology.bulk import bulk
+from topology.cabling import Endpoint, discovered_endpoint, node_device
 from topology.ibnetdiscover import Discovery
 
 SPEED_RANK = {"SDR": 1, "DDR": 2, "QDR": 3, "FDR": 4, "EDR": 5, "HDR": 6, "NDR": 7, "XDR": 8}
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
+    """A cable between two named endpoints (a tuple: a fabric of 200,000 cables makes 400,000 of them)."""
+
     a: Endpoint
     b: Endpoint
     speed: str | None = None
@@ -60,44 +63,47 @@ class Finding:
         }
 
 
+@bulk
 def compare(design: list[Link], observed: list[Link], down_ports: set[Endpoint] | None = None) -> list[Finding]:
     down_ports = down_ports or set()
-    observed_by_ends = {link.ends: link for link in observed}
-    peer: dict[Endpoint, Endpoint] = {}
+    at: dict[Endpoint, Link] = {}  # endpoint -> the observed cable plugged into it
     for link in observed:
-        peer[link.a], peer[link.b] = link.b, link.a
+        at[link.a] = at[link.b] = link
     designed_peer: dict[Endpoint, Endpoint] = {}
     for link in design:
         designed_peer[link.a], designed_peer[link.b] = link.b, link.a
     findings: list[Finding] = []
-    explained: set[frozenset[Endpoint]] = set()
+    explained: set[int] = set()  # id() of the observed cables a designed cable accounts for
     for link in design:
-        found = observed_by_ends.get(link.ends)
-        if found is not None:
-            explained.add(link.ends)
-            degradation = _degradation(link, found)
-            if degradation:
-                findings.append(Finding("degraded", (link.a, link.b), (found.a, found.b), degradation))
+        a, b = link.a, link.b
+        found = at.get(a)
+        if found is not None and (found.b == b if found.a == a else found.a == b):
+            explained.add(id(found))
+            if found.speed != link.speed or found.width != link.width:
+                degradation = _degradation(link, found)
+                if degradation:
+                    findings.append(Finding("degraded", (a, b), (found.a, found.b), degradation))
             continue
-        first, second = peer.get(link.a), peer.get(link.b)
+        first, second = found, at.get(b)
         if first is None and second is None:
-            dark = [end for end in (link.a, link.b) if end in down_ports]
+            dark = [end for end in (a, b) if end in down_ports]
             category = "port_down" if dark else "missing"
             detail = f"port {dark[0][0]}/{dark[0][1]} is down" if dark else "neither end is connected"
-            findings.append(Finding(category, (link.a, link.b), None, detail))
+            findings.append(Finding(category, (a, b), None, detail))
             continue
         if first is not None:
-            actual = (link.a, first)
+            actual = (a, first.b if first.a == a else first.a)
+            explained.add(id(first))
         else:
             assert second is not None  # one end is connected, or the cable would be missing
-            actual = (second, link.b)
-        explained.add(frozenset(actual))
-        findings.append(Finding("miswired", (link.a, link.b), actual, _miswire_detail(link, actual)))
-    _name_swap_partners(findings, designed_peer, peer)
+            actual = (second.b if second.a == b else second.a, b)
+            explained.add(id(second))
+        findings.append(Finding("miswired", (a, b), actual, _miswire_detail(link, actual)))
+    _name_swap_partners(findings, designed_peer, at)
     miswired_ends = {end for finding in findings if finding.category == "miswired" and finding.expected
                      for end in finding.expected}
     for link in observed:
-        if link.ends in explained:
+        if id(link) in explained:
             continue
         if link.a in miswired_ends and link.b in miswired_ends:
             continue  # the far half of cables already reported crossed: both its plugs are accounted for
@@ -124,7 +130,7 @@ def _miswire_detail(link: Link, actual: tuple[Endpoint, Endpoint]) -> str:
 
 
 def _name_swap_partners(findings: list[Finding], designed_peer: dict[Endpoint, Endpoint],
-                        peer: dict[Endpoint, Endpoint]) -> None:
+                        at: dict[Endpoint, Link]) -> None:
     """Two cables crossed: A-B and C-D designed, A-D and C-B found. Each names the other."""
     by_expected = {frozenset(f.expected): f for f in findings if f.category == "miswired" and f.expected}
     for finding in by_expected.values():
@@ -136,27 +142,33 @@ def _name_swap_partners(findings: list[Finding], designed_peer: dict[Endpoint, E
         if partner_far is None:
             continue
         should = b if fixed == a else a
-        if peer.get(partner_far) == should:
+        plugged = at.get(partner_far)
+        if plugged is not None and (plugged.b if plugged.a == partner_far else plugged.a) == should:
             finding.swap_partner = (partner_far, landed)
 
 
+@bulk
 def discovered_links(discovery: Discovery) -> list[Link]:
-    """Every cable of a dump as a pair of endpoints, director backplane links left out."""
+    """Every cable of a dump as a pair of endpoints, director backplane links left out.
+
+    What names a node's ports is worked out once per node, not once per port: an HCA with a description is one
+    endpoint whatever its port, a switch is its device name and the port number. Two switches of one director
+    chassis (same system image GUID) are joined by its backplane, not a cable.
+    """
+    named: dict[str, tuple[str, Endpoint | None, str]] = {}  # node id -> (device, fixed endpoint, chassis GUID)
+    for node_id, node in discovery.nodes.items():
+        fixed = discovered_endpoint(node, 0) if node.kind == "ca" and node.description.strip() else None
+        chassis = node.system_guid if node.kind == "switch" else ""
+        named[node_id] = (node_device(node), fixed, chassis)
     links = []
-    devices: dict[str, str] = {}  # a switch's name is worked out once, not once per port
-
-    def endpoint(node_id: str, port: int) -> Endpoint:
-        node = discovery.nodes[node_id]
-        if node.kind == "ca":
-            return discovered_endpoint(node, port)
-        if node_id not in devices:
-            devices[node_id] = node_device(node)
-        return devices[node_id], str(port)
-
     for link in discovery.links.values():
-        if is_internal(discovery, link.a[0], link.b[0]):
+        (a, a_port), (b, b_port) = link.a, link.b
+        a_device, a_fixed, a_chassis = named[a]
+        b_device, b_fixed, b_chassis = named[b]
+        if a_chassis and a_chassis == b_chassis:
             continue
-        links.append(Link(endpoint(*link.a), endpoint(*link.b), link.speed, link.width))
+        links.append(Link(a_fixed or (a_device, str(a_port)), b_fixed or (b_device, str(b_port)), link.speed,
+                          link.width))
     return links
 
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from topology.errors import LineError
-from topology.ibnetdiscover import DiscoveredNode, Discovery
+from topology.ibnetdiscover import DiscoveredNode
 
 Endpoint = tuple[str, str]
 
@@ -181,10 +181,3 @@ def discovered_endpoint(node: DiscoveredNode, port: int) -> Endpoint:
     if node.kind == "ca":
         return node_device(node), _norm(node.description) or str(port)
     return node_device(node), str(port)
-
-
-def is_internal(discovery: Discovery, a: str, b: str) -> bool:
-    """Links between ASICs of one director chassis are backplane, not cables: same system image GUID."""
-    first, second = discovery.nodes[a], discovery.nodes[b]
-    return bool(first.system_guid) and first.system_guid == second.system_guid and first.kind == second.kind == "switch"
-

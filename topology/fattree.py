@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topology.bulk import bulk
 from topology.design import FabricDimensions
 from topology.model import CORE, HCA, LEAF, SPINE, Cable, Fabric
 
@@ -42,6 +43,7 @@ def leaf_name(naming: Naming, su: int, rail: int) -> str:
     return naming.leaf.format(su=su, rail=rail, group=0, index=0, plane=0)
 
 
+@bulk
 def build_design(
     dims: FabricDimensions, hosts: list[HostRails], hosts_per_su: int, rails: int, *, naming: Naming = Naming(),
     rate: str = "NDR",

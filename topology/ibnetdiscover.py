@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from topology.bulk import bulk
 from topology.errors import LineError
 
 _HEADER = re.compile(r'^(Switch|Ca|Hca|Rt)\s*(\d+)\s*"([^"]+)"(.*)$')
@@ -53,8 +55,9 @@ class DiscoveredNode:
         return match.group(2) if match else ""
 
 
-@dataclass(frozen=True)
-class DiscoveredLink:
+class DiscoveredLink(NamedTuple):
+    """One cable seen in the dump (a tuple: a large dump holds hundreds of thousands)."""
+
     a: tuple[str, int]
     b: tuple[str, int]
     width: int | None
@@ -76,12 +79,14 @@ class Discovery:
         self.links.setdefault(link.ends, link)
 
 
+@bulk
 def parse(text: str) -> Discovery:
     """Either format, detected per line, so a concatenation of both still parses."""
     discovery = Discovery()
     current: DiscoveredNode | None = None
     system_guid = ""
     first_unknown: tuple[int, str] | None = None
+    peer_of: dict[tuple[str, int], tuple[str, int]] = {}  # every port of a link already added -> its far end
     for number, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
         line = raw.strip()
         if not line or line[0] == "#":
@@ -89,9 +94,12 @@ def parse(text: str) -> Discovery:
         if line[0] == "[" and (port := _PORT.match(line)):  # most lines are ports: try them first
             if current is None:
                 raise DumpError("a port line before any node header (truncated or not ibnetdiscover output)", number)
+            here, there = (current.node_id, int(port.group(1))), (port.group(3), int(port.group(4)))
+            if peer_of.get(here) == there:
+                continue  # the far end's block already gave this link (a dump names every link twice)
+            peer_of[here], peer_of[there] = there, here
             width, speed = _rate(port.group(6))
-            discovery.add_link(DiscoveredLink((current.node_id, int(port.group(1))),
-                                              (port.group(3), int(port.group(4))), width, speed))
+            discovery.add_link(DiscoveredLink(here, there, width, speed))
             continue
         if line.startswith(("vendid=", "devid=", "switchguid=", "caguid=", "rtrguid=")):
             continue

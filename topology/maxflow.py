@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 import networkx as nx
 
 EPSILON = 1e-9
+N = TypeVar("N", bound=Hashable)
 
 
 class ResidualNetwork:
@@ -127,3 +129,88 @@ class ResidualNetwork:
                     stack.append(other)
         return {self.names[node] for node in seen}
 
+
+
+def max_flow_value(edges: dict[tuple[N, N], float], arcs: dict[tuple[N, N], float], source: N, target: N) -> float:
+    """One maximum flow's value, by Dinic's blocking flows, for a single flow on a large graph.
+
+    ``edges`` are undirected (their two arcs are each other's reverse, each starting with the full capacity),
+    ``arcs`` directed (the reverse starts empty). A fat tree's augmenting paths all have the same few lengths, so
+    a handful of phases (a breadth-first level graph each, then every shortest path of that length found by
+    one depth-first walk that never revisits a dead arc) replace the tens of thousands of separate searches
+    that augmenting one path at a time would take.
+    """
+    index: dict[N, int] = {}
+    head: list[int] = []
+    residual: list[float] = []
+    arcs_of: list[list[int]] = []
+
+    def number(node: N) -> int:
+        found = index.get(node)
+        if found is None:
+            found = index[node] = len(arcs_of)
+            arcs_of.append([])
+        return found
+
+    for pairs, undirected in ((edges, True), (arcs, False)):
+        for (u, v), capacity in pairs.items():
+            a, b = number(u), number(v)
+            arcs_of[a].append(len(head))
+            head.append(b)
+            residual.append(float(capacity))
+            arcs_of[b].append(len(head))
+            head.append(a)
+            residual.append(float(capacity) if undirected else 0.0)
+    if source not in index or target not in index:
+        return 0.0
+    s, t = index[source], index[target]
+    total = 0.0
+    while True:
+        level = [-1] * len(arcs_of)
+        level[s] = 0
+        queue = [s]
+        for node in queue:
+            deeper = level[node] + 1
+            for arc in arcs_of[node]:
+                other = head[arc]
+                if level[other] < 0 and residual[arc] > EPSILON:
+                    level[other] = deeper
+                    queue.append(other)
+        if level[t] < 0:
+            return total
+        total += _blocking_flow(arcs_of, head, residual, level, s, t)
+
+
+def _blocking_flow(arcs_of: list[list[int]], head: list[int], residual: list[float], level: list[int], s: int,
+                   t: int) -> float:
+    """Every augmenting path of the level graph, by one walk with a current-arc pointer per node."""
+    pointer = [0] * len(arcs_of)
+    path: list[int] = []
+    node, total = s, 0.0
+    while True:
+        if node == t:
+            amount = min(residual[arc] for arc in path)
+            for arc in path:
+                residual[arc] -= amount
+                residual[arc ^ 1] += amount
+            total += amount
+            path.clear()
+            node = s
+            continue
+        arcs, position, deeper = arcs_of[node], pointer[node], level[node] + 1
+        while position < len(arcs):
+            arc = arcs[position]
+            if residual[arc] > EPSILON and level[head[arc]] == deeper:
+                break
+            position += 1
+        pointer[node] = position
+        if position < len(arcs):
+            path.append(arcs[position])
+            node = head[arcs[position]]
+            continue
+        if not path:
+            return total
+        level[node] = -1  # a dead end: nothing from it reaches the target in this phase
+        arc = path.pop()
+        node = head[arc ^ 1]
+        pointer[node] += 1

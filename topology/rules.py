@@ -23,8 +23,9 @@ from fractions import Fraction
 
 import networkx as nx
 
+from topology.bulk import bulk
 from topology.design import LINK_RATES_GBPS
-from topology.maxflow import ResidualNetwork
+from topology.maxflow import ResidualNetwork, max_flow_value
 from topology.model import CORE, HCA, LEAF, SPINE, TIER_RANK, Fabric
 from topology.pathbound import PlaneBounds
 
@@ -48,29 +49,35 @@ def _gbps(rate: str, width: int) -> float:
 
 def rail_alignment(fabric: Fabric) -> list[Violation]:
     found = []
-    nodes = fabric.graph.nodes
-    for hca in fabric.nodes_of(HCA):
-        for _port, (peer, peer_port) in fabric.ports_of(hca).items():
+    graph = fabric.graph
+    nodes = graph.nodes
+    for hca, mine in nodes(data=True):
+        if mine["kind"] != HCA:
+            continue
+        far_ends = sorted((cable.a[1], cable.b) if cable.a[0] == hca else (cable.b[1], cable.a)
+                          for _hca, _peer, cable in graph.edges(hca, data="cable"))
+        for _port, (peer, peer_port) in far_ends:
             leaf = nodes[peer]
             if leaf.get("kind") != LEAF:
                 found.append(Violation("rail_alignment", peer, peer_port,
                                        f"{hca} is cabled to {peer} port {peer_port}, which is not a leaf"))
-            elif (leaf["su"], leaf["rail"]) != (nodes[hca]["su"], nodes[hca]["rail"]):
+            elif leaf["su"] != mine["su"] or leaf["rail"] != mine["rail"]:
                 found.append(Violation("rail_alignment", peer, peer_port,
-                                       f"{hca} (rail {nodes[hca]['rail']}, SU {nodes[hca]['su']}) lands on {peer} port "
+                                       f"{hca} (rail {mine['rail']}, SU {mine['su']}) lands on {peer} port "
                                        f"{peer_port}, the rail-{leaf['rail']} leaf of SU {leaf['su']}"))
     return found
 
 
 def no_leaf_to_leaf(fabric: Fabric) -> list[Violation]:
     found = []
-    for cable in fabric.cables():
-        (a, a_port), (b, b_port) = cable.a, cable.b
-        ranks = TIER_RANK.get(fabric.kind(a), -9), TIER_RANK.get(fabric.kind(b), -9)
-        if abs(ranks[0] - ranks[1]) != 1:
-            switch, port = (a, a_port) if fabric.kind(a) != HCA else (b, b_port)
+    kind = fabric.kinds()
+    rank = {node: TIER_RANK.get(of, -9) for node, of in kind.items()}
+    for cable in fabric.each_cable():
+        a, b = cable.a[0], cable.b[0]
+        if abs(rank[a] - rank[b]) != 1:
+            switch, port = cable.a if kind[a] != HCA else cable.b
             found.append(Violation("no_leaf_to_leaf", switch, port,
-                                   f"{cable.label()} joins a {fabric.kind(a)} to a {fabric.kind(b)}: cables may only "
+                                   f"{cable.label()} joins a {kind[a]} to a {kind[b]}: cables may only "
                                    "join adjacent tiers"))
     return found
 
@@ -105,17 +112,19 @@ def even_uplinks(fabric: Fabric) -> list[Violation]:
 
 def non_blocking(fabric: Fabric, oversubscription: Fraction = Fraction(1)) -> list[Violation]:
     found = []
+    kind = fabric.kinds()
+    rank = {node: TIER_RANK.get(of, 0) for node, of in kind.items()}
     below_top = [*fabric.nodes_of(LEAF), *(fabric.nodes_of(SPINE) if fabric.nodes_of(CORE) else [])]
     for switch in below_top:  # the top tier has no uplinks by design
-        rank = TIER_RANK[fabric.kind(switch)]
+        mine = rank[switch]
         up = down = 0.0
         for _a, peer, data in fabric.graph.edges(switch, data=True):
             bandwidth = _gbps(data["rate"], data["width"])
-            if TIER_RANK.get(fabric.kind(peer), 0) > rank:
+            if rank[peer] > mine:
                 up += bandwidth
             else:
                 down += bandwidth
-        ratio = oversubscription if fabric.kind(switch) == LEAF else Fraction(1)
+        ratio = oversubscription if kind[switch] == LEAF else Fraction(1)
         if up * ratio < down:
             found.append(Violation("non_blocking", switch, None, f"{switch} has {up:g} Gb/s up for {down:g} Gb/s "
                                    f"down (allowed {ratio}:1)"))
@@ -124,18 +133,20 @@ def non_blocking(fabric: Fabric, oversubscription: Fraction = Fraction(1)) -> li
 
 def _switch_capacity_graph(fabric: Fabric) -> nx.Graph:
     """Switches only, parallel cables summed into one capacity (Gb/s)."""
-    kind = fabric.graph.nodes(data="kind")
+    kind = fabric.kinds()
     summed: dict[tuple[str, str], float] = {}
-    for a, b, data in fabric.graph.edges(data=True):
+    for cable in fabric.each_cable():
+        a, b = cable.a[0], cable.b[0]
         if kind[a] == HCA or kind[b] == HCA:
             continue
         key = (a, b) if a <= b else (b, a)
-        summed[key] = summed.get(key, 0.0) + (_gbps(data["rate"], data["width"]) if data["width"] else 0.0)
+        summed[key] = summed.get(key, 0.0) + (_gbps(cable.rate, cable.width) if cable.width else 0.0)
     graph = nx.Graph()
     graph.add_edges_from((a, b, {"capacity": capacity}) for (a, b), capacity in summed.items())
     return graph
 
 
+@bulk
 def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None, *, bounds: bool = True) -> list[Violation]:
     """Same-rail leaves joined by fewer edge-disjoint paths than a leaf has uplinks, each named once.
 
@@ -154,7 +165,7 @@ def disjoint_paths(fabric: Fabric, designed_uplinks: int | None = None, *, bound
     if len(leaves) < 2 or not fabric.nodes_of(SPINE):
         return []
     graph = _switch_capacity_graph(fabric)
-    link = max((_gbps(rate, 4) for rate in {rate for _a, _b, rate in fabric.graph.edges(data="rate")}),
+    link = max((_gbps(rate, 4) for rate in {cable.rate for cable in fabric.each_cable()}),
                default=1.0) or 1.0
     # without the design's figure, the most common uplink count stands for it (a miswire must not redefine it)
     designed = designed_uplinks or Counter(
@@ -271,6 +282,7 @@ def _weakest_pair(cuts: dict[str, float], leaf: str, own: dict[str, float],
     return best
 
 
+@bulk
 def bisection_gbps(fabric: Fabric) -> tuple[float, float]:
     """(max flow between the first and second half of the hosts, what full bisection needs), in Gb/s.
 
@@ -278,39 +290,27 @@ def bisection_gbps(fabric: Fabric) -> tuple[float, float]:
     switch with the capacity of its first-half hosts' cables, every switch drains its second-half hosts' cables
     into the sink. Same cut, a graph of switches only (2,560 nodes instead of 35,000 at 32,768 GPUs).
     """
-    nodes = fabric.graph.nodes
-    hcas = fabric.nodes_of(HCA)
-    hosts: list[str] = []
-    for hca in hcas:
-        if nodes[hca]["host"] not in hosts:
-            hosts.append(nodes[hca]["host"])
+    host_of = {node: data["host"] for node, data in fabric.graph.nodes(data=True) if data["kind"] == HCA}
+    hosts = list(dict.fromkeys(host_of.values()))
     half = set(hosts[: len(hosts) // 2])
     if not half or len(half) == len(hosts):
         return 0.0, 0.0
-    flow = nx.DiGraph()
+    undirected: dict[tuple[str, str], float] = {}
+    terminal: dict[tuple[str, str], float] = {}  # source -> switch and switch -> sink arcs
     needed = 0.0
-    for a, b, data in fabric.graph.edges(data=True):
-        capacity = _gbps(data["rate"], data["width"])
-        kinds = (nodes[a]["kind"], nodes[b]["kind"])
-        if HCA in kinds:
-            hca, switch = (a, b) if kinds[0] == HCA else (b, a)
-            if nodes[hca]["host"] in half:
-                _add_capacity(flow, "source", switch, capacity)
-                needed += capacity
-            else:
-                _add_capacity(flow, switch, "sink", capacity)
+    for cable in fabric.each_cable():
+        a, b = cable.a[0], cable.b[0]
+        capacity = _gbps(cable.rate, cable.width)
+        host = host_of.get(a) or host_of.get(b)
+        if host is not None:
+            switch = b if a in host_of else a
+            key = ("\0source", switch) if host in half else (switch, "\0sink")
+            terminal[key] = terminal.get(key, 0.0) + capacity
+            needed += capacity if key[0] == "\0source" else 0.0
             continue
-        _add_capacity(flow, a, b, capacity)
-        _add_capacity(flow, b, a, capacity)
-    value = nx.maximum_flow_value(flow, "source", "sink") if "source" in flow and "sink" in flow else 0.0
-    return float(value), needed
-
-
-def _add_capacity(graph: nx.DiGraph, u: str, v: str, capacity: float) -> None:
-    if graph.has_edge(u, v):
-        graph[u][v]["capacity"] += capacity
-    else:
-        graph.add_edge(u, v, capacity=capacity)
+        key = (a, b) if a <= b else (b, a)
+        undirected[key] = undirected.get(key, 0.0) + capacity
+    return max_flow_value(undirected, terminal, "\0source", "\0sink"), needed
 
 
 def bisection(fabric: Fabric) -> list[Violation]:
