@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import Refusal
+from provision.fabric_view import FabricView
 from provision.facts.ibportstate import final_state
-from provision.ib_fabric import audit_against_spec, design_endpoint
+from provision.ib_fabric import design_endpoint
 from provision.observe import HostSession, open_session
-from provision.spec import LoadedSpec
+from provision.spec.model import LinkHealth
 from provision.state.store import StateStore
 from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, netdev, routes, tomography, ufm_events
 from topology.model import HCA, Cable, Fabric, Port
@@ -59,18 +60,17 @@ class Report:
     guids: dict[str, str]  # switch name -> 0x GUID, from the dump (empty without one)
 
 
-def policy_of(loaded: LoadedSpec) -> linkhealth.Policy:
-    health = loaded.spec.fabric.link_health
+def policy_of(health: LinkHealth) -> linkhealth.Policy:
     return linkhealth.Policy(flaps=health.flaps, window_s=health.window_hours * 3600, storm_gap_s=health.storm_gap_s,
                              storm_events=health.storm_events, storm_cables=health.storm_cables,
                              reboot_margin_s=health.reboot_margin_s,
                              counter_thresholds={**counters.THRESHOLDS, **health.counter_thresholds})
 
 
-def hca_resolver(loaded: LoadedSpec, mapping: dict[tuple[str, str], str]) -> Callable[[str, str], str | None]:
+def hca_resolver(view: FabricView, mapping: dict[tuple[str, str], str]) -> Callable[[str, str], str | None]:
     """The HCA behind a host's IPoIB netdev, from ``mapping`` (a map file, or what the hosts' sysfs said), if it
-    is one of the host's rails; anything else is unmatched, never guessed from the netdev's number."""
-    rails = {node.name: set(loaded.spec.hardware[node.hardware].rails) for node in loaded.nodes}
+    is one of the host's HCAs in the fabric; anything else is unmatched, never guessed from the netdev's number."""
+    rails = view.rails()
 
     def resolve(host: str, device: str) -> str | None:
         name = netdev.lookup(mapping, host, device)
@@ -79,11 +79,14 @@ def hca_resolver(loaded: LoadedSpec, mapping: dict[tuple[str, str], str]) -> Cal
     return resolve
 
 
-def netdevs_of_hosts(loaded: LoadedSpec, hosts: set[str], state_dir: Path) -> dict[tuple[str, str], str]:
+def netdevs_of_hosts(view: FabricView, hosts: set[str], state_dir: Path) -> dict[tuple[str, str], str]:
     """Ask each host which HCA each of its IPoIB netdevs belongs to (``/sys/class/net`` and
     ``/sys/class/infiniband`` resolve into the same PCI function). A host that cannot be asked adds nothing:
-    its carrier lines stay unmatched."""
+    its carrier lines stay unmatched; without a cluster spec no host can be asked."""
     found: dict[tuple[str, str], str] = {}
+    loaded = view.cluster_spec
+    if loaded is None:
+        return found
     for node in loaded.nodes:
         if node.name not in hosts:
             continue
@@ -151,17 +154,18 @@ def guid_names(discovery: ibnetdiscover.Discovery) -> tuple[dict[str, str], dict
     return by_guid, by_name
 
 
-def add_port_states(evidence: linkhealth.Evidence, fabric: Fabric, loaded: LoadedSpec,
-                    discovery: ibnetdiscover.Discovery, path: Path) -> None:
+def add_port_states(evidence: linkhealth.Evidence, view: FabricView, discovery: ibnetdiscover.Discovery,
+                    path: Path) -> None:
     """The dump's view as of its file time: designed cables it shows down or cannot see at all, and
     cables trained below the design rate, from the cabling audit."""
+    fabric = view.fabric
     by_endpoint = {}
     for cable in fabric.cables():
         for node, port in (cable.a, cable.b):
             by_endpoint[design_endpoint(fabric, node, port)] = (node, port)
     down: list[tuple[Port, str]] = []
     slow: list[tuple[Port, str]] = []
-    for finding in audit_against_spec(loaded, discovery, fabric).findings:
+    for finding in view.audit(discovery).findings:
         if finding.category not in ("port_down", "missing", "degraded") or finding.expected is None:
             continue
         end = next((by_endpoint[e] for e in finding.expected if e in by_endpoint), None)
@@ -171,12 +175,12 @@ def add_port_states(evidence: linkhealth.Evidence, fabric: Fabric, loaded: Loade
     linkhealth.add_discovery(evidence, fabric, path.stat().st_mtime, down, slow)
 
 
-def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[str, Any],
-                                                                        dict[str, str]]:
+def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[str, Any], dict[str, str]]:
     """The evidence, what each input contributed, and switch name -> GUID from the dump (for the disable list)."""
     evidence = linkhealth.Evidence()
     ingestion: dict[str, Any] = {}
-    zone = loaded.spec.fabric.link_health.ufm_timezone
+    fabric = view.fabric
+    zone = view.link_health.ufm_timezone
     for path in inputs.events:
         log = ufm_events.parse_event_log(_read(path), zone)
         linkhealth.add_event_log(evidence, fabric, log)
@@ -191,16 +195,16 @@ def gather(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs) -> tuple[linkheal
                 raise EvidenceError(f"{inputs.netdev_map}: {error}") from None
         else:
             hosts = {event.host for events in carrier_logs.values() for event in events}
-            mapping = netdevs_of_hosts(loaded, hosts, inputs.state_dir or loaded.path.parent)
+            mapping = netdevs_of_hosts(view, hosts, inputs.state_dir or view.base_dir)
         for path, found in carrier_logs.items():
-            linkhealth.add_carrier(evidence, fabric, found, hca_resolver(loaded, mapping))
+            linkhealth.add_carrier(evidence, fabric, found, hca_resolver(view, mapping))
             ingestion[str(path)] = {"carrier_events": len(found)}
     names: dict[str, str] = {}
     guids: dict[str, str] = {}
     if inputs.observed is not None:
         discovery = ibnetdiscover.parse(_read(inputs.observed))
         names, guids = guid_names(discovery)
-        add_port_states(evidence, fabric, loaded, discovery, inputs.observed)
+        add_port_states(evidence, view, discovery, inputs.observed)
     snapshots = sorted((read_snapshot(directory, names) for directory in inputs.counters), key=lambda shot: shot[0])
     if len(inputs.counters) == 1:
         raise EvidenceError(f"{inputs.counters[0]}: counters need two snapshots to give a delta")
@@ -268,9 +272,10 @@ def run_tomography(fabric: Fabric, paths: list[Path], health: list[linkhealth.Ca
     }
 
 
-def analyse(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs, store: StateStore | None) -> Report:
-    evidence, ingestion, guids = gather(loaded, fabric, inputs)
-    policy = policy_of(loaded)
+def analyse(view: FabricView, inputs: Inputs, store: StateStore | None) -> Report:
+    fabric = view.fabric
+    evidence, ingestion, guids = gather(view, inputs)
+    policy = policy_of(view.link_health)
     health, storms, explained = linkhealth.score(fabric, evidence, policy)
     result = None
     if inputs.results:
@@ -281,7 +286,7 @@ def analyse(loaded: LoadedSpec, fabric: Fabric, inputs: Inputs, store: StateStor
     suspects = [item for item in health if item.klass != "healthy"]
     history = {cable_key(item.cable): _history(item, store) for item in suspects}
     return Report(suspects, storms, explained, ingestion, evidence.unmatched, result, history,
-                  loaded.spec.fabric.link_health.window_hours, guids)
+                  view.link_health.window_hours, guids)
 
 
 def _history(item: linkhealth.CableHealth, store: StateStore | None) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from provision.burnin import pairs as pairs_stage
 from provision.burnin.launch import run_seed
 from provision.burnin.recheck import recheck_cables
 from provision.errors import EXIT_OK, EXIT_PROBLEMS, UsageProblem
-from provision.ib_fabric import cable_at_port, design_fabric
+from provision.fabric_view import FabricView
+from provision.ib_fabric import cable_at_port, design_endpoint, design_fabric
 from provision.observe import open_session
 from provision.run_context import SpecIdentity, mutating_run
 from provision.sim.paths import fabric_dir
@@ -54,10 +55,11 @@ class FlapsOutcome:
     executed: list[dict[str, Any]]
 
 
-def _default_evidence(loaded: LoadedSpec, directory: Path, request: FlapsRequest) -> None:
+def _default_evidence(view: FabricView, directory: Path | None, request: FlapsRequest) -> None:
     """A simulated cluster's own day of events and counters, and the latest burn-in's pair results."""
     given = request.events or request.syslogs or request.counter_dirs or request.results
-    if not given and loaded.spec.simulation is not None:
+    simulated_cluster = view.cluster_spec is not None and view.cluster_spec.spec.simulation is not None
+    if not given and simulated_cluster and directory is not None:
         simulated = fabric_dir(directory)
         if not (simulated / "ufm" / "event.log").exists():
             raise UsageProblem(f"no simulated fabric history under {simulated}: run `provision sim up` first")
@@ -66,6 +68,8 @@ def _default_evidence(loaded: LoadedSpec, directory: Path, request: FlapsRequest
         request.observed = request.observed or simulated / "ibnetdiscover.txt"
         request.last_burnin = True
     if request.last_burnin and not request.results:
+        if directory is None:
+            raise UsageProblem("--burnin-results reads the latest burn-in of a cluster: give its spec")
         latest = pairs_stage.latest_results(directory)
         if latest is None and not request.events:
             raise UsageProblem(f"no burn-in under {directory} has run the pairs stage yet")
@@ -74,19 +78,27 @@ def _default_evidence(loaded: LoadedSpec, directory: Path, request: FlapsRequest
         raise UsageProblem("give at least one of --events, --syslog, --counters, --results")
 
 
-def investigate(loaded: LoadedSpec, directory: Path, request: FlapsRequest, argv: list[str]) -> FlapsOutcome:
-    """Name the suspect cables from the evidence; write the actions and, with ``execute``, disable the ports."""
+def investigate(view: FabricView, directory: Path | None, request: FlapsRequest, argv: list[str]) -> FlapsOutcome:
+    """Name the suspect cables from the evidence; write the actions and, with ``execute``, disable the ports.
+
+    ``directory``: the state directory whose store holds each cable's repair history (None: no history, as for
+    a fabric given by its plans alone)."""
+    loaded = view.cluster_spec
     if request.execute and request.actions_dir is None:
         raise UsageProblem("--execute runs the disable list that --actions DIR writes: give --actions too")
-    if request.via is not None and request.via not in loaded.node_names:
-        raise UsageProblem(f"--via {request.via}: no node named {request.via!r} in {loaded.path}")
-    fabric = design_fabric(loaded)
-    _default_evidence(loaded, directory, request)
+    if request.execute and (loaded is None or directory is None):
+        raise UsageProblem("--execute sends the disables from one of the cluster's hosts: give the cluster spec "
+                           "(a fabric-only spec or --design names no host)")
+    if request.via is not None and (loaded is None or request.via not in loaded.node_names):
+        raise UsageProblem(f"--via {request.via}: no node named {request.via!r}"
+                           + (f" in {loaded.path}" if loaded is not None else " (no cluster spec given)"))
+    fabric = view.fabric
+    _default_evidence(view, directory, request)
     inputs = cable_health.Inputs(request.events, request.syslogs, request.counter_dirs, request.results,
                                  request.observed, request.year, request.netdev_map, directory)
-    store = StateStore.open_readonly(directory)
+    store = StateStore.open_readonly(directory) if directory is not None else None
     try:
-        report = cable_health.analyse(loaded, fabric, inputs, store)
+        report = cable_health.analyse(view, inputs, store)
     except ibnetdiscover.DumpError as error:
         raise UsageProblem(str(error)) from None
     finally:
@@ -94,11 +106,16 @@ def investigate(loaded: LoadedSpec, directory: Path, request: FlapsRequest, argv
             store.close()
     suspects = [cable_health.suspect_dict(item, fabric, report.history[cable_health.cable_key(item.cable)])
                 for item in report.suspects]
+    if view.plans is not None:  # the plan's other columns (rack, location, length, S/N) go with each suspect
+        attributes = view.plans.attributes()
+        for row, item in zip(suspects, report.suspects, strict=True):
+            ends = frozenset(design_endpoint(fabric, *end) for end in (item.cable.a, item.cable.b))
+            row["attributes"] = attributes.get(ends, {})
     written: list[Path] = []
     executed: list[dict[str, Any]] = []
     if request.actions_dir is not None:
         written = cable_health.write_actions(request.actions_dir, report, fabric)
-        if request.execute:
+        if request.execute and loaded is not None and directory is not None:
             executed = disable_ports(loaded, directory, cable_health.port_disables(report, fabric), request.via,
                                      argv)
     return FlapsOutcome(report, suspects, written, executed)

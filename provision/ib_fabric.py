@@ -44,6 +44,8 @@ def design_endpoint(fabric: Fabric, node: str, port: int) -> Endpoint:
     """How a design port is named in dumps and plans: HCAs by ``host`` and ``"host hca"``, switches by name."""
     data = fabric.graph.nodes[node]
     if data["kind"] == HCA:
+        if "endpoint" in data:  # a plan's fabric keeps the plan's own name for the port
+            return data["endpoint"]
         return data["host"].lower(), f"{data['host']} {data['hca']}".lower()
     return node.lower(), str(port)
 

@@ -99,6 +99,8 @@ def add_event_log(evidence: Evidence, fabric: Fabric, log: EventLog) -> None:
         cable = fabric.cable_at((event.device, event.port))
         if cable is None and event.peer is not None:
             cable = fabric.cable_at(event.peer)
+        if cable is None:  # a plan's fabric is named in lower case; UFM writes names as the switches report them
+            cable = fabric.cable_at((event.device.lower(), event.port))
         if cable is None:
             evidence.unmatched.append(Unmatched("ufm", f"{event.device}/{event.port}", event.line))
             continue

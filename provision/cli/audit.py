@@ -10,19 +10,19 @@ from rich.table import Table
 from provision.cli.common import emit_json, err, json_option, out, state_dir_of, state_dir_option
 from provision.cli.topology import topology
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
+from provision.fabric_view import view_of_plans, view_of_spec
 from provision.ib_fabric import (
-    audit_against_plans,
-    audit_against_spec,
+    Plans,
     audit_change,
     cabling_label,
     read_dump,
     read_guid_map,
-    read_plans,
     shared_description,
     simulated_dump,
 )
-from provision.spec import load_spec
+from provision.spec import load_fabric_spec
 from topology.audit import ChangeReport
+from topology.rules import RULES
 
 CATEGORIES = ("miswired", "missing", "port_down", "degraded", "extra")
 
@@ -45,7 +45,8 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
     """Compare the as-built fabric with the design, cable by cable (exit 1 if anything is found)."""
     if (spec is None) == (not plans):
         raise click.UsageError("give either SPEC or --design PLAN (one or more), not both")
-    loaded = load_spec(spec) if spec is not None else None
+    view = view_of_spec(load_fabric_spec(spec)) if spec is not None else view_of_plans(plans)
+    loaded = view.cluster_spec
     if observed is None:
         if loaded is None:
             raise click.UsageError("--observed DUMP is required (only a simulated cluster has a dump of its own)")
@@ -56,15 +57,15 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
     if (shared := shared_description(discovery)) is not None:  # rdma-ndd never ran
         err.print(f"provision: {shared[1]} HCAs share the node description {shared[0]!r}; name them with "
                   "--guid-map (0x<guid> \"<host> <hca>\" per line)", markup=False)
-    planned = read_plans(plans)
+    planned = view.plans or Plans([], [])
     if not as_json:
         for line in planned.unread:
             err.print(f"provision: row not read, the rest audited: {line}", markup=False)
     if baseline is not None:
-        return _print_change(audit_change(loaded, planned.cables, read_dump(baseline, names), discovery), baseline,
-                             observed, as_json)
-    report = audit_against_spec(loaded, discovery) if loaded is not None else \
-        audit_against_plans(planned.cables, discovery)
+        return _print_change(audit_change(loaded if view.designed else None, planned.cables,
+                                          read_dump(baseline, names), discovery), baseline, observed, as_json)
+    report = view.audit(discovery)
+    not_applicable = [] if view.designed else list(RULES)
     attributes = planned.attributes()
     counts = {category: sum(1 for f in report.findings if f.category == category) for category in CATEGORIES}
     if as_json:
@@ -72,8 +73,12 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
                    "cables": [{**f.as_dict(), "attributes": attributes.get(frozenset(f.expected), {})
                                if f.expected else {}} for f in report.findings],
                    "rules": {name: [v.as_dict() for v in found] for name, found in report.violations.items()},
+                   "rules_not_applicable": not_applicable,
                    "unparsed_lines": len(discovery.skipped), "unread_plan_rows": planned.unread})
         return EXIT_PROBLEMS if report.problems else EXIT_OK
+    if not_applicable:
+        out.print(f"design rules not applicable: {', '.join(not_applicable)} (the fabric is a cabling plan, not a "
+                  "fat tree designed from parameters: there is no intent to check them against)", markup=False)
     if not report.problems:
         out.print(f"No problems: every designed cable is in place ({observed}).", markup=False)
         return EXIT_OK

@@ -9,10 +9,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from provision import cable_health, cable_repairs
-from provision.cli.common import argv, emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
+from provision.cli.common import (
+    argv,
+    emit_json,
+    err,
+    json_option,
+    out,
+    spec_argument,
+    state_dir_of,
+    state_dir_option,
+)
 from provision.cli.topology import topology
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
-from provision.spec import load_spec
+from provision.fabric_view import view_of_plans, view_of_spec
+from provision.pipeline import default_state_dir
+from provision.spec import load_fabric_spec, load_spec
 
 
 def _files_option(*names: str, help_text: str):
@@ -21,7 +32,10 @@ def _files_option(*names: str, help_text: str):
 
 
 @topology.command(name="flaps")
-@spec_argument
+@click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--design", "plans", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="No spec: the fabric is these cabling plans (UFM .ndt or CSV; repeatable), link health at its "
+                   "defaults.")
 @_files_option("--events", help_text="UFM event.log (repeatable; default: the simulated fabric's).")
 @_files_option("--syslog", "syslogs", help_text="A host syslog with IPoIB carrier lines (repeatable).")
 @click.option("--counters", "counter_dirs", multiple=True,
@@ -43,18 +57,32 @@ def _files_option(*names: str, help_text: str):
 @click.option("--via", metavar="HOST", help="The host whose HCA sends the disables (default: the spec's first node).")
 @state_dir_option
 @json_option
-def topology_flaps(spec: Path, events: tuple[Path, ...], syslogs: tuple[Path, ...], counter_dirs: tuple[Path, ...],
+def topology_flaps(spec: Path | None, plans: tuple[Path, ...], events: tuple[Path, ...], syslogs: tuple[Path, ...],
+                   counter_dirs: tuple[Path, ...],
                    results: tuple[Path, ...], observed: Path | None, year: int | None, netdev_map: Path | None,
                    actions_dir: Path | None, last_burnin: bool, execute: bool, via: str | None,
                    state_dir: Path | None, as_json: bool) -> int:
-    """Name the flapping, erroring, down and degraded cables from events, counters and test results (exit 1 if any)."""
-    loaded = load_spec(spec)
+    """Name the flapping, erroring, down and degraded cables from events, counters and test results (exit 1 if any).
+
+    SPEC may be a cluster spec or a spec of only ``cluster`` and ``fabric`` (with a cabling file); without a spec,
+    ``--design`` gives the plans and ``--observed`` the dump."""
+    if (spec is None) == (not plans):
+        raise click.UsageError("give either SPEC or --design PLAN (one or more), not both")
+    if spec is not None:
+        loaded = load_fabric_spec(spec)
+        view = view_of_spec(loaded)
+        directory: Path | None = state_dir or default_state_dir(loaded.path, loaded.spec.cluster.name)
+    else:
+        view, directory = view_of_plans(plans), state_dir
     request = cable_repairs.FlapsRequest(list(events), list(syslogs), list(counter_dirs), list(results), observed,
                                          year, last_burnin, actions_dir, execute, via, netdev_map)
-    found = cable_repairs.investigate(loaded, state_dir_of(loaded, state_dir), request, argv())
+    found = cable_repairs.investigate(view, directory, request, argv())
+    if not as_json:
+        for line in view.plan_problems:
+            err.print(f"provision: plan row not used: {line}", markup=False)
     report, suspects = found.report, found.suspects
     if as_json:
-        emit_json({"suspects": suspects, "ingestion": report.ingestion,
+        emit_json({"suspects": suspects, "ingestion": report.ingestion, "plan_problems": view.plan_problems,
                    "storms": [{"start": storm.start, "end": storm.end, "events": storm.events, "cables": storm.cables}
                               for storm in report.storms],
                    "explained_by_reboots": report.explained_by_reboots,

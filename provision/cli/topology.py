@@ -11,8 +11,9 @@ from rich.table import Table
 
 from provision.cli.common import emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
-from provision.ib_fabric import audit_against_spec, design_fabric, problem_places, read_dump, simulated_dump
-from provision.spec import load_spec
+from provision.fabric_view import view_of_spec
+from provision.ib_fabric import design_fabric, problem_places, read_dump, simulated_dump
+from provision.spec import load_fabric_spec, load_spec
 from topology import export, rules
 
 
@@ -74,18 +75,22 @@ def topology_slurm(spec: Path, output: Path | None) -> int:
               show_default=True)
 @state_dir_option
 def topology_draw(spec: Path, observed: Path | None, output: Path, state_dir: Path | None) -> int:
-    """An SVG of the fabric, summarised per scalable unit, problem cables in red."""
-    loaded = load_spec(spec)
-    design = design_fabric(loaded)
-    if observed is None:
+    """An SVG of the fabric, summarised per scalable unit, problem cables in red.
+
+    SPEC may be a fabric-only spec (its cabling file is then the fabric, drawn switch by switch)."""
+    view = view_of_spec(load_fabric_spec(spec))
+    design = view.fabric
+    loaded = view.cluster_spec
+    if observed is None and loaded is not None:
         observed = simulated_dump(loaded, state_dir_of(loaded, state_dir), required=False)
     boxes: dict[str, int] = {}
     bundles: dict[tuple[str, str], int] = {}
-    title = f"{loaded.spec.cluster.name}: {design.graph.number_of_edges():,} cables (design)"
+    kind = "design" if view.designed else "plan"
+    title = f"{view.name}: {design.graph.number_of_edges():,} cables ({kind})"
     if observed is not None:
-        report = audit_against_spec(loaded, read_dump(observed), design)
+        report = view.audit(read_dump(observed))
         boxes, bundles = problem_places(design, report.findings)
-        title = f"{loaded.spec.cluster.name}: {len(report.findings)} problem cable(s) in {observed.name}"
+        title = f"{view.name}: {len(report.findings)} problem cable(s) in {observed.name}"
     output.write_text(export.draw_svg(design, title=title, problems=boxes, bundle_problems=bundles))
     out.print(f"wrote {output}", markup=False)
     return EXIT_OK

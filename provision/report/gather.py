@@ -20,6 +20,7 @@ from provision import cable_repairs
 from provision.burnin.multinode import stage_limits
 from provision.capacity import capacity
 from provision.errors import Refusal, UsageProblem
+from provision.fabric_view import view_of_cluster
 from provision.ib_fabric import design_fabric, places_of_cables
 from provision.spec import LoadedSpec
 from provision.spec.thresholds import effective_thresholds
@@ -183,7 +184,8 @@ def training_rows(records: Any) -> list[dict[str, Any]]:
 def link_health(loaded: LoadedSpec, state_dir: Path) -> dict[str, Any]:
     """The link-health suspects from the evidence the cluster has (the simulated fabric's, or none)."""
     try:
-        found = cable_repairs.investigate(loaded, state_dir, cable_repairs.FlapsRequest(last_burnin=True), [])
+        found = cable_repairs.investigate(view_of_cluster(loaded), state_dir,
+                                          cable_repairs.FlapsRequest(last_burnin=True), [])
     except Refusal as error:
         return {"analysed": False, "note": str(error), "suspects": []}
     return {"analysed": True, "note": "", "suspects": found.suspects}

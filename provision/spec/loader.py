@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from provision.spec.issues import Location, SpecError, SpecIssue, did_you_mean, dotted
-from provision.spec.model import ClusterSpec
+from provision.spec.model import FABRIC_ONLY_SECTIONS, ClusterSpec, FabricSpec
 from provision.spec.semantics import Problem, ResolvedNode, resolve
 from provision.spec.source import MAX_SPEC_BYTES, Path_, SourceMap, read_document
 from topology.design import FabricDimensions
@@ -37,9 +37,63 @@ class LoadedSpec:
         return [node.name for node in self.nodes]
 
 
+@dataclass(frozen=True)
+class LoadedFabricSpec:
+    """What the topology commands need of a spec: the cluster's name and its fabric section, from a spec of the
+    fabric alone or from a whole cluster spec (``cluster_spec``, when there is one)."""
+
+    spec: FabricSpec
+    path: Path
+    sha256: str
+    cluster_spec: LoadedSpec | None
+
+    @property
+    def cabling_file(self) -> Path | None:
+        found = self.spec.fabric.cabling_file
+        return (self.path.parent / found).expanduser() if found is not None else None
+
+
 def load_spec(path: str | Path) -> LoadedSpec:
     """Return the validated spec or raise :class:`SpecError` listing every problem."""
+    raw, data, source = _read_mapping(Path(path))
+    if _fabric_only(data):
+        raise SpecError([SpecIssue(source.locate(()), "", "this spec describes only a fabric (cluster, fabric): "
+                                   "this command needs a cluster spec with nodes, hardware and software",
+                                   "the topology commands (audit, flaps, draw) take a fabric-only spec")])
+    return _load_cluster_spec(Path(path), raw, data, source)
+
+
+def load_fabric_spec(path: str | Path) -> LoadedFabricSpec:
+    """A spec holding only ``cluster`` and ``fabric`` (the fabric then is its cabling file), or a cluster spec."""
     path = Path(path)
+    raw, data, source = _read_mapping(path)
+    if not _fabric_only(data):
+        loaded = _load_cluster_spec(path, raw, data, source)
+        return LoadedFabricSpec(FabricSpec(cluster=loaded.spec.cluster, fabric=loaded.spec.fabric), path,
+                                loaded.sha256, loaded)
+    issues = _inline_secrets(data, (), source)
+    try:
+        spec = FabricSpec.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(issues + _pydantic_issues(error, source, FabricSpec)) from None
+    if spec.fabric.cabling_file is None:
+        issues.append(SpecIssue(source.locate(("fabric",)), "fabric", "a spec without nodes needs "
+                                "fabric.cabling_file: a fat tree designed from parameters names its host ports "
+                                "after the nodes", "give cabling_file: <plan.csv or .ndt>, or the whole cluster spec"))
+    elif not (path.parent / spec.fabric.cabling_file).expanduser().is_file():
+        issues.append(SpecIssue(source.locate(("fabric", "cabling_file")), "fabric.cabling_file",
+                                f"file {str(spec.fabric.cabling_file)!r} not found (relative to the spec's folder)"))
+    if issues:
+        raise SpecError(issues)
+    return LoadedFabricSpec(spec, path, hashlib.sha256(raw).hexdigest(), None)
+
+
+def _fabric_only(data: dict[str, Any]) -> bool:
+    """``cluster`` and ``fabric`` and nothing else (a spec of ``cluster`` alone is an incomplete cluster spec)."""
+    return "fabric" in data and set(data) <= FABRIC_ONLY_SECTIONS
+
+
+def _read_mapping(path: Path) -> tuple[bytes, dict[str, Any], SourceMap]:
     shown = str(path)
     try:
         if path.is_dir():
@@ -55,6 +109,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
     if not isinstance(data, dict):
         raise SpecError([SpecIssue(source.locate(()), "", f"a spec is a mapping of sections, not a "
                                                           f"{_type_name(data)}")])
+    return raw, data, source
+
+
+def _load_cluster_spec(path: Path, raw: bytes, data: dict[str, Any], source: SourceMap) -> LoadedSpec:
     issues = _inline_secrets(data, (), source)
     secret_paths = {issue.path for issue in issues}
     try:
@@ -118,7 +176,8 @@ def _inline_secrets(data: Any, path: Path_, source: SourceMap) -> list[SpecIssue
     return issues
 
 
-def _pydantic_issues(error: ValidationError, source: SourceMap) -> list[SpecIssue]:
+def _pydantic_issues(error: ValidationError, source: SourceMap,
+                     model: type[BaseModel] = ClusterSpec) -> list[SpecIssue]:
     issues = []
     for detail in error.errors(include_input=False, include_url=False):
         kind = detail["type"]
@@ -126,7 +185,7 @@ def _pydantic_issues(error: ValidationError, source: SourceMap) -> list[SpecIssu
         message = detail["msg"].removeprefix("Value error, ")
         hint = ""
         if kind == "extra_forbidden":
-            allowed = _allowed_keys(ClusterSpec, loc[:-1])
+            allowed = _allowed_keys(model, loc[:-1])
             message = f"unknown key {loc[-1]!r}"
             hint = did_you_mean(str(loc[-1]), allowed)
             location = source.locate(loc, prefer_key=True)

@@ -423,6 +423,17 @@ class ClusterSpec(Strict):
     slurm: SlurmIntegration | None = None
 
 
+class FabricSpec(Strict):
+    """A spec of a fabric alone (``cluster`` and ``fabric`` with a cabling file): for auditing and watching a
+    fabric this tool did not provision. The topology commands take it; everything else needs a ClusterSpec."""
+
+    cluster: ClusterInfo
+    fabric: FabricDesign
+
+
+FABRIC_ONLY_SECTIONS = frozenset(FabricSpec.model_fields)
+
+
 def _host_or_ip(value: str | None) -> str | None:
     if value is None:
         return value
