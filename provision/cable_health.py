@@ -20,11 +20,22 @@ from typing import Any
 from provision.errors import Refusal
 from provision.fabric_view import FabricView
 from provision.facts.ibportstate import final_state
-from provision.ib_fabric import design_endpoint
+from provision.ib_fabric import design_endpoint, parse_observed
 from provision.observe import HostSession, open_session
 from provision.spec.model import LinkHealth
 from provision.state.store import StateStore
-from topology import cabling, carrier, counters, ibnetdiscover, linkhealth, netdev, routes, tomography, ufm_events
+from topology import (
+    cabling,
+    carrier,
+    counters,
+    ibdiagnet,
+    ibnetdiscover,
+    linkhealth,
+    netdev,
+    routes,
+    tomography,
+    ufm_events,
+)
 from topology.model import HCA, Cable, Fabric, Port
 
 LADDER = ("reseat", "clean", "replace transceiver", "replace cable")
@@ -117,7 +128,11 @@ def _read(path: Path) -> str:
 
 def read_snapshot(directory: Path, names: dict[str, str]) -> tuple[float, dict[Port, dict[str, int]]]:
     """A counter snapshot: ``<node>.out`` files of ``perfquery -x``/``-l -x`` output (the node by name, or by
-    GUID resolved through ``names``) and a ``captured_at`` file holding an ISO 8601 time."""
+    GUID resolved through ``names``) and a ``captured_at`` file holding an ISO 8601 time; or an ibdiagnet
+    ``db_csv`` file (its PM_INFO table, switches named by its own NODES table, taken at the file's modification
+    time: ibdiagnet writes it as its run ends, so copy it with ``cp -p``)."""
+    if directory.is_file():
+        return _db_csv_snapshot(directory)
     stamp_file = directory / "captured_at"
     if not directory.is_dir() or not stamp_file.exists():
         raise EvidenceError(f"{directory}: a counter snapshot is a directory with a captured_at file "
@@ -138,6 +153,28 @@ def read_snapshot(directory: Path, names: dict[str, str]) -> tuple[float, dict[P
         for block in blocks:
             readings[node, block.port] = block.values
     return captured.timestamp(), readings
+
+
+def _db_csv_snapshot(path: Path) -> tuple[float, dict[Port, dict[str, int]]]:
+    text = _read(path)
+    try:
+        by_guid, _ = guid_names(ibdiagnet.parse_db_csv(text))
+        readings = ibdiagnet.port_counters(text)
+    except ibdiagnet.DbCsvError as error:
+        raise EvidenceError(f"{path}: {error}") from None
+    if not readings:
+        raise EvidenceError(f"{path}: no PM_INFO table: run ibdiagnet with its performance counters (--pc)")
+    return path.stat().st_mtime, {(by_guid[guid], port): values for (guid, port), values in readings.items()
+                                  if guid in by_guid}
+
+
+def add_serials(evidence: linkhealth.Evidence, fabric: Fabric, text: str) -> None:
+    """Cable serial numbers from a db_csv's CABLE_INFO, onto the cables of the fabric (switch ends)."""
+    by_guid, _ = guid_names(ibdiagnet.parse_db_csv(text))
+    for (guid, port), serial in ibdiagnet.cable_serials(text).items():
+        cable = fabric.cable_at((by_guid[guid], port)) if guid in by_guid else None
+        if cable is not None:
+            evidence.serials.setdefault(cable, serial)
 
 
 def guid_names(discovery: ibnetdiscover.Discovery) -> tuple[dict[str, str], dict[str, str]]:
@@ -202,10 +239,13 @@ def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[
     names: dict[str, str] = {}
     guids: dict[str, str] = {}
     if inputs.observed is not None:
-        discovery = ibnetdiscover.parse(_read(inputs.observed))
+        discovery = parse_observed(_read(inputs.observed), inputs.observed)
         names, guids = guid_names(discovery)
         add_port_states(evidence, view, discovery, inputs.observed)
     snapshots = sorted((read_snapshot(directory, names) for directory in inputs.counters), key=lambda shot: shot[0])
+    for path in inputs.counters:
+        if path.is_file():  # an ibdiagnet db_csv: its CABLE_INFO names the cables' serials
+            add_serials(evidence, fabric, _read(path))
     if len(inputs.counters) == 1:
         raise EvidenceError(f"{inputs.counters[0]}: counters need two snapshots to give a delta")
     for (start, before), (end, after) in itertools.pairwise(snapshots):

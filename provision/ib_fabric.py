@@ -11,7 +11,7 @@ from pathlib import Path
 from provision.errors import Refusal, UsageProblem
 from provision.sim.paths import fabric_dir
 from provision.spec import LoadedSpec
-from topology import cabling, ibnetdiscover
+from topology import cabling, ibdiagnet, ibnetdiscover
 from topology.audit import ChangeReport, Finding, Link, compare, compare_change, discovered_links, down_endpoints
 from topology.bulk import bulk
 from topology.cabling import Endpoint, PlannedCable, discovered_endpoint
@@ -146,10 +146,16 @@ def _as_built_fabric(design: Fabric, observed: list[Link]) -> Fabric:
                 fabric.add_node(node, "unknown")
         return node, int(end[1]) if end[1].isdigit() else 1
 
+    design_rate = next((cable.rate for cable in design.each_cable()), "NDR")
     for link in observed:
         a, b = resolve(link.a), resolve(link.b)
         if fabric.cable_at(a) is None and fabric.cable_at(b) is None:
-            fabric.add_cable(Cable(a, b, link.speed or "SDR", link.width or 1))
+            if link.speed == ibnetdiscover.NOT_REPORTED:  # ibdiagnet's LINKS: judge the cabling, not the rates
+                designed = design.cable_at(a)
+                rate, width = (designed.rate, designed.width) if designed else (design_rate, 4)
+            else:  # "???" or nothing: the slowest, so a rule never passes on a rate nobody saw
+                rate, width = link.speed or "SDR", link.width or 1
+            fabric.add_cable(Cable(a, b, rate, width))
     return fabric
 
 
@@ -218,12 +224,20 @@ def _places(design: Fabric, pairs: Sequence[Sequence[Endpoint]]) -> tuple[dict[s
     return boxes, bundles
 
 
-def read_dump(path: Path, names: dict[str, str] | None = None) -> Discovery:
-    """An ``ibnetdiscover`` dump from disk, HCAs renamed by a GUID map when one is given."""
+def parse_observed(text: str, path: Path) -> Discovery:
+    """The observed fabric from either source sites have: an ``ibnetdiscover`` dump, or ibdiagnet's
+    ``ibdiagnet2.db_csv`` (told apart by its tables); a file that is neither is refused with its line."""
     try:
-        discovery = ibnetdiscover.parse(path.read_text(errors="replace"))
-    except ibnetdiscover.DumpError as error:
+        if ibdiagnet.looks_like_db_csv(text):
+            return ibdiagnet.parse_db_csv(text)
+        return ibnetdiscover.parse(text)
+    except (ibnetdiscover.DumpError, ibdiagnet.DbCsvError) as error:
         raise UsageProblem(f"{path}: {error}") from None
+
+
+def read_dump(path: Path, names: dict[str, str] | None = None) -> Discovery:
+    """An ``ibnetdiscover`` dump or ibdiagnet db_csv from disk, HCAs renamed by a GUID map when one is given."""
+    discovery = parse_observed(path.read_text(errors="replace"), path)
     if names:
         ibnetdiscover.apply_names(discovery, names)
     return discovery

@@ -26,6 +26,7 @@ _PORTS_LINE = re.compile(
     r"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+0x([0-9a-fA-F]+)\s+(\d+)x\s*(\S+)"
     r"(?:\s+-\s+(CA|SW|RT)\s+(\d+)\s+(\d+)\s+0x([0-9a-fA-F]+)\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)|\s*(.*))$")
 _SYSTEM = re.compile(r"^MF0;([^:]+):(.*)$", re.S)  # a switch's system name and ASIC, from its description
+NOT_REPORTED = ""  # a link's speed when its source does not report one (never judged degraded)
 _KIND = {"Switch": "switch", "Ca": "ca", "Hca": "ca", "Rt": "router", "SW": "switch", "CA": "ca", "RT": "router"}
 
 
@@ -61,7 +62,8 @@ class DiscoveredLink(NamedTuple):
     a: tuple[str, int]
     b: tuple[str, int]
     width: int | None
-    speed: str | None  # EDR HDR NDR ...; None when unknown (???)
+    speed: str | None  # EDR HDR NDR ...; None when the port says unknown (???); NOT_REPORTED when the source
+    # does not report rates at all (ibdiagnet's LINKS table)
 
     @property
     def ends(self) -> frozenset[tuple[str, int]]:

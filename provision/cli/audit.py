@@ -30,7 +30,8 @@ CATEGORIES = ("miswired", "missing", "port_down", "degraded", "extra")
 @topology.command(name="audit")
 @click.argument("spec", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--observed", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="ibnetdiscover output of the as-built fabric (default: the simulated cluster's).")
+              help="ibnetdiscover output or ibdiagnet2.db_csv of the as-built fabric (default: the simulated "
+                   "cluster's).")
 @click.option("--design", "plans", multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="An explicit cabling plan (UFM .ndt or CSV) instead of a spec; may be repeated.")
 @click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False, exists=True),

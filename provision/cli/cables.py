@@ -38,12 +38,13 @@ def _files_option(*names: str, help_text: str):
                    "defaults.")
 @_files_option("--events", help_text="UFM event.log (repeatable; default: the simulated fabric's).")
 @_files_option("--syslog", "syslogs", help_text="A host syslog with IPoIB carrier lines (repeatable).")
-@click.option("--counters", "counter_dirs", multiple=True,
-              type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="A perfquery snapshot directory (two or more; default: the simulated fabric's).")
+@click.option("--counters", "counter_dirs", multiple=True, type=click.Path(path_type=Path, exists=True),
+              help="A counter snapshot: a perfquery snapshot directory or an ibdiagnet2.db_csv (two or more; "
+                   "default: the simulated fabric's).")
 @_files_option("--results", help_text="End-to-end test results (JSON) for tomography (repeatable).")
 @click.option("--observed", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="ibnetdiscover dump: resolves GUID-named counter files and fills GUIDs into the disable list.")
+              help="ibnetdiscover dump or ibdiagnet2.db_csv: resolves GUID-named counter files and fills GUIDs into "
+                   "the disable list.")
 @click.option("--year", type=click.IntRange(1970, 9999), help="The year a syslog ends in (syslog omits it).")
 @click.option("--netdev-map", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Which HCA each IPoIB netdev is ('host netdev hca' per line, '*' for every host); without it "
