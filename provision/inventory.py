@@ -29,7 +29,16 @@ def driver_packages(loaded: LoadedSpec, nvswitch: bool) -> dict[str, str]:
     packages = {f"nvidia-driver-{branch}": pins.gpu_driver, f"nvidia-utils-{branch}": pins.gpu_driver}
     if nvswitch:
         packages[f"nvidia-fabricmanager-{branch}"] = pins.fabric_manager or pins.gpu_driver
+    packages.update(cuda_toolkit(pins.cuda))
     return packages
+
+
+def cuda_toolkit(cuda: str) -> dict[str, str]:
+    """The CUDA toolkit pin: NVIDIA's package name carries the major and minor release
+    (``cuda-toolkit-12-2``), so ``12.2`` pins that package at whichever update the mirror has, and ``12.2.2``
+    pins the update too; either way it is installed and held with the driver."""
+    parts = cuda.split(".")
+    return {f"cuda-toolkit-{parts[0]}-{parts[1] if len(parts) > 1 else 0}": cuda if len(parts) >= 3 else "*"}
 
 
 def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[str, Any]:
@@ -39,6 +48,7 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
     variables: dict[str, Any] = {
         "preflight_gpu_count": profile.gpu.count,
         "preflight_rail_hcas": rails,
+        "preflight_kernel": spec.software.kernel or "",
         "gpu_driver_version": spec.software.gpu_driver,
         "gpu_driver_packages": driver_packages(loaded, profile.nvlink.nvswitch),
         "gpu_driver_nvswitch": profile.nvlink.nvswitch,

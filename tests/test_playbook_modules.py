@@ -10,6 +10,7 @@ from tests.simhelpers import SimHost, bring_up
 
 sys.path.insert(0, str(ROOT / "playbooks" / "library"))
 
+import gpu_host_facts
 import host_tuning
 import kernel_module
 import pcie_acs
@@ -47,3 +48,12 @@ def test_tuning_helpers() -> None:
     assert host_tuning.active_swaps(swaps) == ["/swap.img"]
     assert kernel_module.loaded_modules("nvidia_peermem 16384 0 - Live 0x0\nnvidia 1 1 x, Live 0x0\n") == {
         "nvidia_peermem", "nvidia"}
+
+
+def test_a_host_that_runs_another_kernel_than_the_pin_is_refused() -> None:
+    found = {"gpus": ["0000:18:00.0"], "hcas": {"mlx5_0": {}}, "kernel": "5.15.0-105-generic"}
+    assert gpu_host_facts.mismatches(found, 1, ["mlx5_0"]) == []
+    assert gpu_host_facts.mismatches(found, 1, ["mlx5_0"], "5.15.0-105-generic") == []
+    assert gpu_host_facts.mismatches(found, 1, ["mlx5_0"], "5.15.0-112-generic") == [
+        "it runs kernel 5.15.0-105-generic, the spec pins 5.15.0-112-generic (software.kernel): install it and "
+        "make it the default boot entry"]

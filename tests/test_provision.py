@@ -57,6 +57,7 @@ def test_converged_hosts_are_what_the_spec_says(provisioned) -> None:
         assert {row["driver_version"] for row in rows} == {"535.183.01"} and len(rows) == 8
         packages = parse_dpkg_status((host.root / "var/lib/dpkg/status").read_text())
         assert packages["nvidia-driver-535"].held and packages["doca-ofed"].held
+        assert packages["cuda-toolkit-12-2"].held, "software.cuda: the toolkit is pinned and held"
         assert "nvidia-driver-550" not in packages
         assert (host.root / "sys/kernel/mm/memory_peers/nv_mem/version").exists()
         assert (host.root / "etc/modules-load.d/nvidia-peermem.conf").read_text() == "nvidia-peermem\n"

@@ -114,7 +114,7 @@ def test_thresholds_derive_from_gpu_model_and_link_rate() -> None:
     assert thresholds["matmul_tflops"].value == pytest.approx(0.72 * 989, abs=0.1)  # efficiency overridden
     assert thresholds["ib_write_bw_gbps"].value == 360  # 0.9 x NDR 400
     assert thresholds["rail_busbw_gbps"].value == 40  # 0.8 x 50 GB/s
-    assert thresholds["flaps_per_24h"].reason == "set in the spec"
+    assert thresholds["matmul_tflops"].reason == "spec efficiency x catalog peak"
     hdr = spec.fabric.model_copy(update={"link_rate": "HDR"})
     assert effective_thresholds(profile, hdr, spec.burnin.thresholds)["ib_write_bw_gbps"].value == 180
 

@@ -22,6 +22,10 @@ options:
     type: list
     elements: str
     required: true
+  expected_kernel:
+    description: The kernel release the spec pins (C(uname -r)); empty to accept any.
+    type: str
+    default: ""
 author: provision
 """
 
@@ -69,8 +73,11 @@ def inventory(root: str) -> dict:
     return {"gpus": gpus, "hcas": hcas, "kernel": read(root + "/proc/sys/kernel/osrelease") or os.uname().release}
 
 
-def mismatches(found: dict, expected_gpus: int, expected_hcas: list[str]) -> list[str]:
+def mismatches(found: dict, expected_gpus: int, expected_hcas: list[str], expected_kernel: str = "") -> list[str]:
     problems = []
+    if expected_kernel and found["kernel"] != expected_kernel:
+        problems.append(f"it runs kernel {found['kernel']}, the spec pins {expected_kernel} (software.kernel): "
+                        "install it and make it the default boot entry")
     if len(found["gpus"]) != expected_gpus:
         problems.append(f"{len(found['gpus'])} GPUs on the PCI bus, the spec says {expected_gpus}")
     missing = [hca for hca in expected_hcas if hca not in found["hcas"]]
@@ -82,11 +89,13 @@ def mismatches(found: dict, expected_gpus: int, expected_hcas: list[str]) -> lis
 def main() -> None:
     module = AnsibleModule(
         argument_spec={"root": {"type": "str", "default": ""}, "expected_gpus": {"type": "int", "required": True},
-                       "expected_hcas": {"type": "list", "elements": "str", "required": True}},
+                       "expected_hcas": {"type": "list", "elements": "str", "required": True},
+                       "expected_kernel": {"type": "str", "default": ""}},
         supports_check_mode=True,
     )
     found = inventory(module.params["root"])
-    problems = mismatches(found, module.params["expected_gpus"], module.params["expected_hcas"])
+    problems = mismatches(found, module.params["expected_gpus"], module.params["expected_hcas"],
+                          module.params["expected_kernel"])
     if problems:
         module.fail_json(msg="host is not what the spec says: " + "; ".join(problems), provision_host=found)
     module.exit_json(changed=False, ansible_facts={"provision_host": found})

@@ -23,6 +23,7 @@ from provision.cli.lifecycle import apply, burnin, plan, status
 from provision.cli.metrics import metrics_command
 from provision.cli.nodecheck import node_check_command
 from provision.cli.operator import admit, drain, quarantine
+from provision.cli.power import power_group
 from provision.cli.report import report_command
 from provision.cli.simulation import sim
 from provision.cli.slurm import slurm_group
@@ -41,7 +42,7 @@ def cli() -> None:
 
 for command in (validate, plan, apply, burnin, status, history_command, runs_command, admit, quarantine, drain, sim,
                 topology, hostlist_group, report_command, metrics_command,
-                slurm_group, node_check_command):
+                slurm_group, node_check_command, power_group):
     cli.add_command(command)
 
 

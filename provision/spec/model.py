@@ -58,8 +58,17 @@ class BmcCredentials(Strict):
 
 
 class Bmc(Strict):
+    """The nodes' baseboard management controllers, for ``provision power`` (Redfish through sushy)."""
+
     credentials: BmcCredentials
+    #: ``ipmi`` is refused (not supported yet): power control speaks Redfish.
     protocol: Literal["redfish", "ipmi"] = "redfish"
+    scheme: Literal["https", "http"] = "https"
+    port: Annotated[int, Field(ge=1, le=65535)] = 443
+    #: Check the BMC's TLS certificate (BMCs often ship self-signed ones: turn off knowingly).
+    verify_tls: bool = True
+    #: How long one power transition may take before the node is reported stuck.
+    timeout_s: Annotated[float, Field(gt=0, le=1800)] = 120.0
 
 
 class NodeOverride(Strict):
@@ -170,7 +179,8 @@ class HostTuning(Strict):
 class HostPolicy(Strict):
     gpudirect: Literal["peermem", "dmabuf", "off"] = "peermem"
     pcie_acs: PcieAcsPolicy = PcieAcsPolicy()
-    iommu: Literal["passthrough", "unchanged"] = "passthrough"
+    #: ``passthrough`` is refused until a role sets the kernel command line (see docs/spec.md).
+    iommu: Literal["passthrough", "unchanged"] = "unchanged"
     tuning: HostTuning = HostTuning()
 
 

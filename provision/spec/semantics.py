@@ -77,9 +77,46 @@ def resolve(spec: ClusterSpec, spec_dir: Path) -> Resolution:
         problems.append(Problem(("burnin", "launcher"), "the slurm launcher starts the agents with srun, which "
                                 "needs a slurm: section (its conf, at least)", "add slurm: {conf: ...} or use "
                                 "launcher: ssh"))
+    _refuse_unread_keys(spec, problems)
     if fabric is not None and not problems:
         _check_cable_targets(spec, nodes, fabric, problems)
     return Resolution(nodes, fabric, problems)
+
+
+NOT_YET = "not supported yet"
+
+
+def _refuse_unread_keys(spec: ClusterSpec, problems: list[Problem]) -> None:
+    """Keys the schema knows but nothing acts on yet: refused where they are written, never silently ignored
+    (docs/spec.md lists each with what it will do)."""
+    if spec.burnin is not None:
+        given = spec.burnin.thresholds.model_fields_set
+        if "flaps_per_24h" in given:
+            problems.append(Problem(("burnin", "thresholds", "flaps_per_24h"), "flapping is judged by "
+                                    "fabric.link_health (flaps within window_hours), which topology flaps reads; "
+                                    "this key is read by nothing", "write fabric.link_health: {flaps: 5, "
+                                    "window_hours: 24}"))
+        if "nvlink_errors" in given:
+            problems.append(Problem(("burnin", "thresholds", "nvlink_errors"), f"{NOT_YET}: no check reads the "
+                                    "NVLink error counters (nvidia-smi nvlink -e) yet", "remove the key"))
+        if "rail_busbw_gbps" in given:
+            problems.append(Problem(("burnin", "thresholds", "rail_busbw_gbps"), f"{NOT_YET}: per-rail bus "
+                                    "bandwidth is measured and reported, not yet judged (slow rails are found by the "
+                                    "pairs stage's ib_write_bw threshold)", "remove the key, or set "
+                                    "ib_write_bw_gbps"))
+        if spec.burnin.repetitions != 1:
+            problems.append(Problem(("burnin", "repetitions"), f"{NOT_YET}: each stage runs its measurements "
+                                    "once (the collectives stage repeats a suspect run by itself)",
+                                    "remove the key or write repetitions: 1"))
+    if spec.bmc is not None and spec.bmc.protocol == "ipmi":
+        problems.append(Problem(("bmc", "protocol"), f"{NOT_YET}: power control speaks Redfish", "write protocol: "
+                                "redfish (every current BMC serves it)"))
+    if spec.software is not None and spec.software.nccl is not None:
+        problems.append(Problem(("software", "nccl"), f"{NOT_YET}: NCCL comes with the nodes' torch wheel and no "
+                                "check compares its version with a pin yet", "remove the key"))
+    if spec.host is not None and spec.host.iommu == "passthrough":
+        problems.append(Problem(("host", "iommu"), f"{NOT_YET}: no role sets the kernel command line yet (a GRUB "
+                                "drop-in and a reboot)", "write iommu: unchanged and set iommu=pt in your image"))
 
 
 def _expand_groups(spec: ClusterSpec, problems: list[Problem]) -> dict[str, list[str]]:

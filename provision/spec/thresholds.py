@@ -59,11 +59,9 @@ def effective_thresholds(
             f"{DEFAULT_RAIL_BUSBW_FRACTION:g} x {link_gbps / 8:g} GB/s per {fabric.link_rate} rail",
         ),
         "outlier_mad": Threshold(5.0, "robust z-score (median/MAD) against the fleet, per rail and leaf"),
-        "flaps_per_24h": Threshold(5, "AzNHC: 5 lost-carrier events per device in 24 h"),
         "disk_usage_percent": Threshold(95.0, "cluster-health: any filesystem at 95% is an error"),
         "gpu_temperature_c": Threshold(84.0, "gcm example limit; throttling starts near 84-90 C"),
         "corrected_ecc": Threshold(2e7, "AzNHC corrected volatile ECC warning level"),
-        "nvlink_errors": Threshold(5, "cluster-health: 5 replay/recovery/CRC errors, a silenced warning"),
         "step_time_cv": Threshold(0.25, "spread of per-step training time (std/median)"),
         "collective_timeout_s": Threshold(60.0, "far below NCCL's 10-30 min default so hangs surface fast"),
     }
