@@ -410,13 +410,18 @@ def execute_disables(disables: list[PortDisable], session: HostSession, timeout_
     return rows
 
 
-def write_actions(directory: Path, report: Report, fabric: Fabric) -> list[Path]:
-    """The port-disable list (UFM REST payloads and ibportstate commands) and a ticket per cable; nothing runs."""
+def write_actions(directory: Path, report: Report, fabric: Fabric, *,
+                  attributes: dict[str, dict[str, str]] | None = None, routable: bool = True) -> list[Path]:
+    """The port-disable list (UFM REST payloads and ibportstate commands) and a ticket per cable; nothing runs.
+
+    ``attributes``: cable key → the plan's columns for it (rack, location, length...), written on its ticket.
+    ``routable``: the fabric is a fat-tree design, whose routes give the flows that re-test a cable; a plan's
+    fabric has no routing model, so its tickets say so instead."""
     directory.mkdir(parents=True, exist_ok=True)
     to_disable = [item for item in report.suspects if item.klass in ("down", "flapping", "erroring", "degraded")]
     payloads, commands = [], ["#!/bin/sh", "# Written by provision topology flaps; review before running.",
                               "# Disables both ends of each suspect cable (the SM then routes around it).", "set -e"]
-    router = routes.Router(fabric)
+    router = routes.Router(fabric) if routable else None
     for disable in port_disables(report, fabric):
         ufm_id = disable.guid.removeprefix("0x") if disable.guid else disable.switch  # UFM: systems by bare GUID
         payloads.append({"action": "disable", "identifier": "id", "object_type": "System",
@@ -436,10 +441,11 @@ def write_actions(directory: Path, report: Report, fabric: Fabric) -> list[Path]
         history = report.history.get(key, {})
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", key)
         flows = router.aimed_flows(router.index[item.cable], random.Random(0), 3) \
-            if item.cable in router.index else []
+            if router is not None and item.cable in router.index else []
         recheck[key] = [list(flow) for flow in flows]
         lines = [f"# Cable {key}: {item.klass}", "",
                  *[f"- end: {_describe_end(fabric, end)}" for end in (item.cable.a, item.cable.b)],
+                 *[f"- {name}: {value}" for name, value in (attributes or {}).get(key, {}).items()],
                  f"- cable S/N: {item.serial or 'not reported'}",
                  f"- flaps in the worst {report.window_hours:g} h window: {item.flaps}",
                  f"- errors: {json.dumps(item.errors) if item.errors else 'none'}"]
@@ -448,8 +454,10 @@ def write_actions(directory: Path, report: Report, fabric: Fabric) -> list[Path]
                          f"flaps since: {history.get('flaps_since_repair', 0)}")
         lines += [f"- next step: **{history.get('next_step', LADDER[0])}** (ladder: {' -> '.join(LADDER)})",
                   "- after the repair: re-enable both ports, record it with `provision topology repaired`, and "
-                  "re-test only the routes through this cable with `provision topology recheck SPEC "
-                  f"{_switch_end(fabric, item.cable)}` (recheck.json lists such flows)", "", "## Evidence", "",
+                  + (f"re-test only the routes through this cable with `provision topology recheck SPEC "
+                     f"{_switch_end(fabric, item.cable)}` (recheck.json lists such flows)" if router is not None else
+                     "re-test the hosts behind this cable (a cabling plan gives no routes to aim flows with)"),
+                  "", "## Evidence", "",
                   *[f"    {line}" for line in item.evidence]]
         (tickets / f"{name}.md").write_text("\n".join(lines) + "\n")
         written.append(tickets / f"{name}.md")

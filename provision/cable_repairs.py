@@ -114,7 +114,9 @@ def investigate(view: FabricView, directory: Path | None, request: FlapsRequest,
     written: list[Path] = []
     executed: list[dict[str, Any]] = []
     if request.actions_dir is not None:
-        written = cable_health.write_actions(request.actions_dir, report, fabric)
+        written = cable_health.write_actions(
+            request.actions_dir, report, fabric, routable=view.designed,
+            attributes={row["cable"]: row.get("attributes", {}) for row in suspects})
         if request.execute and loaded is not None and directory is not None:
             executed = disable_ports(loaded, directory, cable_health.port_disables(report, fabric), request.via,
                                      argv)

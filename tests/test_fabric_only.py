@@ -49,7 +49,8 @@ def _event_log(path: Path) -> tuple[set[str], str]:
 def test_plan_only_flaps_names_the_flapping_director_cables(tmp_path: Path) -> None:
     flapping, once = _event_log(tmp_path / "event.log")
     result = run_cli("topology", "flaps", "--design", str(HOST_PLAN), "--design", str(DIRECTOR_PLAN),
-                     "--observed", str(DUMP), "--events", str(tmp_path / "event.log"), "--json", cwd=tmp_path)
+                     "--observed", str(DUMP), "--events", str(tmp_path / "event.log"), "--actions",
+                     str(tmp_path / "actions"), "--json", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
     classes = {row["cable"]: row["class"] for row in report["suspects"]}
@@ -63,6 +64,11 @@ def test_plan_only_flaps_names_the_flapping_director_cables(tmp_path: Path) -> N
     assert report["ingestion"][str(tmp_path / "event.log")]["kept"] > 0
     assert not report["unmatched"], "every event names a port of the plan's fabric"
     assert not (tmp_path / ".provision").exists(), "a run without a spec keeps no state"
+    tickets = sorted((tmp_path / "actions" / "tickets").glob("*.md"))
+    assert len(tickets) == 4
+    flapping_ticket = next(path.read_text() for path in tickets if "flapping" in path.read_text())
+    assert "- LinkType: Data" in flapping_ticket, "the plan's own columns go on the ticket"
+    assert "a cabling plan gives no routes" in flapping_ticket
 
 
 @needs_shared
