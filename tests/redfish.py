@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,9 +26,15 @@ import requests
 START_TIMEOUT_S = 30.0
 
 
+def emulator() -> str | None:
+    """The emulator beside this interpreter (a venv's bin is not always on PATH), or on PATH."""
+    beside = Path(sys.executable).parent / "sushy-emulator"
+    return str(beside) if beside.exists() else shutil.which("sushy-emulator")
+
+
 def available() -> str | None:
     """Why the emulator cannot run here, or None."""
-    return None if shutil.which("sushy-emulator") else "sushy-emulator (pip sushy-tools) is not installed"
+    return None if emulator() else "sushy-emulator (pip sushy-tools, in the dev extra) is not installed"
 
 
 def free_port(address: str) -> int:
@@ -58,7 +65,7 @@ def bmcs(directory: Path, nodes: dict[str, str], *, username: str, password: str
                 "'nics': []}]\n")
             with (home / "emulator.log").open("wb") as log:
                 processes.append(subprocess.Popen(
-                    ["sushy-emulator", "--fake", "--config", str(home / "emulator.conf"), "-i", address,
+                    [str(emulator()), "--fake", "--config", str(home / "emulator.conf"), "-i", address,
                      "-p", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                     env={**os.environ, "TMPDIR": str(home / "tmp")}))
             paths[name] = f"/redfish/v1/Systems/{identity}"
