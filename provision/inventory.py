@@ -52,6 +52,7 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
         "gpu_driver_version": spec.software.gpu_driver,
         "gpu_driver_packages": driver_packages(loaded, profile.nvlink.nvswitch),
         "gpu_driver_nvswitch": profile.nvlink.nvswitch,
+        "gpu_driver_reboot_timeout": spec.host.reboot_timeout_s,
         "provision_scalable_unit": node.scalable_unit,
     }
     if spec.connection.transport == "local":

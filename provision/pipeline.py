@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import ansible, inventory, node_check
+from provision import ansible, inventory, node_check, recovery
 from provision.burnin.phase import BurninPhase
 from provision.errors import UsageProblem
 from provision.phases import Phase, PhaseContext, PhaseReport, SystemicFailure
@@ -177,6 +177,18 @@ class ProvisionPhase:
             # an interrupted play proves nothing about any host: leave every node as it was
             context.run.event("phase.provision.interrupted", status=result.status)
             raise KeyboardInterrupt(f"the playbook run was {result.status}")
+        hung = [host for host in hosts if recovery.hung_in_reboot(result.hosts[host].failed_task)]
+        cycled = recovery.power_cycle_hung(context.loaded, context.store.state_dir, hung) if hung else None
+        if cycled is not None:
+            for host, cycle in cycled.cycles.items():
+                context.run.event("provision.power_cycle", node=host, ok=cycle["ok"], detail=cycle["detail"],
+                                  steps=cycle["steps"])
+            if cycled.back:  # the play again, for them alone: it picks up after the reboot
+                again = ansible.run_playbook(path, cycled.back, forks=context.forks,
+                                             extravars={**budget, "node_check_dir": str(checks), **context.secrets},
+                                             on_task=lambda host, task, outcome: context.run.event(
+                                                 "task", host=host, task=task, outcome=outcome))
+                result.hosts.update(again.hosts)
         rows, failed, changed, stopped = [], [], [], []
         for host in hosts:
             outcome = result.hosts[host]
@@ -191,14 +203,21 @@ class ProvisionPhase:
             elif outcome.succeeded:
                 changed += [host] if outcome.changed else []
                 if record is None or record.state is not NodeState.ADMITTED or outcome.changed:
+                    recovered = {"power_cycled": cycled.cycles[host]} if cycled and host in cycled.back else {}
                     context.store.transition(host, NodeState.PROVISIONED, run_id=context.run.id,
-                                             evidence={"changed_tasks": outcome.changed})
+                                             evidence={"changed_tasks": outcome.changed, **recovered})
             else:
                 failed.append(host)
                 reason = f"{'unreachable' if outcome.unreachable else 'task failed'}: {outcome.failed_task}: " \
                          f"{outcome.message}"
+                evidence = outcome.as_dict()
+                if cycled is not None and host in cycled.still_down:  # both facts: the reboot's and the BMC's
+                    reason = (f"unreachable: did not come back from its reboot within "
+                              f"{context.loaded.spec.host.reboot_timeout_s} s ({outcome.failed_task}); "
+                              f"{cycled.still_down[host]}")
+                    evidence = {**evidence, "bmc": cycled.cycles.get(host, {"detail": cycled.still_down[host]})}
                 context.store.transition(host, NodeState.QUARANTINED, run_id=context.run.id, stage="provision",
-                                         reason=reason, evidence=outcome.as_dict())
+                                         reason=reason, evidence=evidence)
             context.advance(1)
         context.store.record_results(context.run.id, self.name, rows)
         (context.run.path / "provision.json").write_text(json.dumps([row[3] for row in rows], indent=2))

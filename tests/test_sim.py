@@ -278,7 +278,22 @@ def observe_pin_unavailable(host: SimHost) -> None:
     assert "Version '535.183.01-1' for 'nvidia-driver-535' was not found" in missing.stderr
 
 
+def observe_reboot_hang(host: SimHost) -> None:
+    from provision.sim.tools.system import power_on
+
+    boot_id = host.root / "proc/sys/kernel/random/boot_id"
+    first = boot_id.read_text()
+    host.run("reboot")
+    assert boot_id.read_text() == first, "hung on the way back: the same boot"
+    power_on(host.root)  # what the node's BMC does when it is powered off and on
+    second = boot_id.read_text()
+    assert second != first
+    host.run("reboot")
+    assert boot_id.read_text() != second, "one hang: the next reboot comes back"
+
+
 NODE_FAULTS = {
+    "reboot_hang": ({}, observe_reboot_hang),
     "gpu_missing": ({"target": "gpu1"}, observe_gpu_missing),
     "pcie_downtrained": ({"target": "gpu2", "params": {"width": 8}}, observe_pcie_downtrained),
     "xid": ({"target": "gpu1", "params": {"code": 79}}, observe_xid),

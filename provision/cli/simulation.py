@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 from pathlib import Path
 
 import click
@@ -94,4 +97,25 @@ def sim_faults(spec: Path, as_json: bool) -> int:
         where = "/".join(part for part in (row["node"], row["target"]) if part)
         table.add_row(row["kind"], where, row["stage"], row["check"], row["expected"])
     out.print(table)
+    return EXIT_OK
+
+
+@sim.command(name="bmcs")
+@spec_argument
+@state_dir_option
+def sim_bmcs(spec: Path, state_dir: Path | None) -> int:
+    """Serve each simulated node's BMC (a Redfish emulator on its loopback BMC address, the spec's credentials)
+    and apply their power to the simulated hosts, until interrupted."""
+    from provision.sim import bmc as sim_bmc  # imports the Redfish emulator's client libraries
+
+    loaded = load_spec(spec)
+    target = state_dir_of(loaded, state_dir)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    with sim_bmc.running(loaded, target) as planned:
+        for bmc in planned:
+            out.print(f"{bmc.node}: BMC at {bmc.url}", markup=False)
+        out.print(f"{len(planned)} BMC(s) ready", markup=False)
+        with contextlib.suppress(KeyboardInterrupt):
+            done.wait()
     return EXIT_OK

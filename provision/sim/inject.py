@@ -100,6 +100,10 @@ def pin_unavailable(node: NodeContext, params: dict[str, Any], target: str | Non
                                         for name, versions in node.state["packages_available"].items()}
 
 
+def reboot_hang(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.state["hang_on_reboot"] = True
+
+
 def peermem_unregistered(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     node.state["peermem_registers"] = False
 
@@ -190,6 +194,7 @@ INJECTORS: dict[str, Injector] = {
     **{kind: rank_fault(kind) for kind in ("slow_gpu", "rank_hang", "rank_slow", "rank_wrong_result",
                                                  "collective_corruption", "step_slowdown")},
     "acs_enabled": acs_enabled, "wrong_driver": wrong_driver, "pin_unavailable": pin_unavailable,
+    "reboot_hang": reboot_hang,
     "peermem_missing": peermem_missing,
     "peermem_unregistered": peermem_unregistered, "gpu_missing": gpu_missing, "pcie_downtrained": pcie_downtrained,
     "xid": xid, "ecc_uncorrectable": ecc_uncorrectable, "row_remap_pending": row_remap_pending,

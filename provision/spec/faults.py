@@ -47,6 +47,10 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("wrong_driver", "node", "node", "provision", "gpu_driver",
               "a different driver branch is installed and held; the gpu_driver role replaces it and reboots",
               {"version": Param(str, "550.54.15")}),
+    FaultKind("reboot_hang", "node", "node", "provision", "reboot",
+              "the host does not come back from its next reboot (hung in POST or at a kernel panic) until its BMC "
+              "power-cycles it; the provisioning phase power-cycles it through the BMC and finishes it, and with the "
+              "BMC unreachable quarantines it as unreachable"),
     FaultKind("pin_unavailable", "node", "node", "provision", "gpu_driver",
               "the host's package mirror lacks the pinned driver (a stale or mis-pointed apt source); the gpu_driver "
               "role's install fails with apt's 'Version ... was not found' and nothing is half-installed"),

@@ -181,6 +181,9 @@ class HostPolicy(Strict):
     pcie_acs: PcieAcsPolicy = PcieAcsPolicy()
     #: ``passthrough`` is refused until a role sets the kernel command line (see docs/spec.md).
     iommu: Literal["passthrough", "unchanged"] = "unchanged"
+    #: How long a host may take to come back from a reboot before it is called hung (and, with a bmc: section,
+    #: power-cycled through its BMC). Servers with 2 TB of memory and 8 GPUs take minutes to POST.
+    reboot_timeout_s: Annotated[int, Field(ge=5, le=7200)] = 900
     tuning: HostTuning = HostTuning()
 
 

@@ -284,8 +284,23 @@ def _swap_from_fstab(root: Path) -> str:
 
 
 def reboot(root: Path, args: list[str]) -> int:
-    """``reboot`` / ``shutdown -r``: the host comes back with only what was made persistent."""
+    """``reboot`` / ``shutdown -r``: the host comes back with only what was made persistent, unless it hangs on the
+    way (the ``reboot_hang`` fault): then it stays down, its boot id unchanged, until its BMC powers it on."""
     state = load_state(root)
+    if state.get("hang_on_reboot"):
+        state["hang_on_reboot"] = False  # one hang: the power cycle that ends it boots the host normally
+        state["powered"] = False
+        save_state(root, state)
+        append_kernel_log(root, ["reboot: Restarting system"])
+        print("Rebooting.", file=sys.stderr)
+        return 0
+    return power_on(root)
+
+
+def power_on(root: Path) -> int:
+    """A boot: what the BMC's power-on does to a host that is off or hung, and the second half of a reboot."""
+    state = load_state(root)
+    state["powered"] = True
     state["boot_count"] = state.get("boot_count", 1) + 1
     state["uptime_s"] = 5.0
     replace_file(root / "proc" / "sys" / "kernel" / "random" / "boot_id", f"{uuid.uuid4()}\n")
