@@ -8,33 +8,19 @@ SQLite file under ``$TMPDIR``, so every emulator gets its own TMPDIR.
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import socket
-import subprocess
-import sys
-import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import bcrypt
 import requests
 
-START_TIMEOUT_S = 30.0
-
-
-def emulator() -> str | None:
-    """The emulator beside this interpreter (a venv's bin is not always on PATH), or on PATH."""
-    beside = Path(sys.executable).parent / "sushy-emulator"
-    return str(beside) if beside.exists() else shutil.which("sushy-emulator")
+from provision.sim.bmc import SimulatedBmc, emulator_path, emulators, system_path
 
 
 def available() -> str | None:
     """Why the emulator cannot run here, or None."""
-    return None if emulator() else "sushy-emulator (pip sushy-tools, in the dev extra) is not installed"
+    return None if emulator_path() else "sushy-emulator (pip sushy-tools, in the dev extra) is not installed"
 
 
 def free_port(address: str) -> int:
@@ -47,50 +33,9 @@ def free_port(address: str) -> int:
 def bmcs(directory: Path, nodes: dict[str, str], *, username: str, password: str,
          port: int) -> Iterator[dict[str, str]]:
     """``nodes``: node name -> loopback address. Yields node -> the system's Redfish path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    htpasswd = directory / "htpasswd"
-    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
-    htpasswd.write_text(f"{username}:{hashed}\n")
-    processes: list[subprocess.Popen[bytes]] = []
-    paths: dict[str, str] = {}
-    try:
-        for name, address in nodes.items():
-            home = directory / name
-            (home / "tmp").mkdir(parents=True, exist_ok=True)
-            identity = str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
-            (home / "emulator.conf").write_text(
-                "SUSHY_EMULATOR_FAKE_DRIVER = True\n"
-                f"SUSHY_EMULATOR_AUTH_FILE = {str(htpasswd)!r}\n"
-                f"SUSHY_EMULATOR_FAKE_SYSTEMS = [{{'uuid': {identity!r}, 'name': {name!r}, 'power_state': 'On', "
-                "'nics': []}]\n")
-            with (home / "emulator.log").open("wb") as log:
-                processes.append(subprocess.Popen(
-                    [str(emulator()), "--fake", "--config", str(home / "emulator.conf"), "-i", address,
-                     "-p", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                    env={**os.environ, "TMPDIR": str(home / "tmp")}))
-            paths[name] = f"/redfish/v1/Systems/{identity}"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for address in nodes.values():
-            while True:
-                try:
-                    if requests.get(f"http://{address}:{port}/redfish/v1", timeout=2).status_code == 200:
-                        break
-                except requests.ConnectionError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the Redfish emulator at {address}:{port} did not answer in "
-                                       f"{START_TIMEOUT_S:g} s; see {directory}/*/emulator.log")
-                time.sleep(0.2)
-        yield paths
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+    planned = [SimulatedBmc(name, address, port, system_path(name)) for name, address in nodes.items()]
+    with emulators(directory, planned, username, password):
+        yield {bmc.node: bmc.system_path for bmc in planned}
 
 
 def power_state(address: str, port: int, path: str, username: str, password: str) -> str:

@@ -53,13 +53,15 @@ class SimulatedBmc:
         return f"http://{self.address}:{self.port}/redfish/v1"
 
 
-def _emulator() -> str:
+def emulator_path() -> str | None:
+    """sushy-emulator beside this interpreter (a venv's bin is not always on PATH), or on PATH."""
     beside = Path(sys.executable).parent / "sushy-emulator"
-    found = str(beside) if beside.exists() else shutil.which("sushy-emulator")
-    if found is None:
-        raise UsageProblem("the simulated BMCs are sushy-tools' Redfish emulator: pip install sushy-tools "
-                           "(it is in the dev extra)")
-    return found
+    return str(beside) if beside.exists() else shutil.which("sushy-emulator")
+
+
+def system_path(node: str) -> str:
+    """The Redfish path of the one system a node's BMC serves (a stable UUID per node name)."""
+    return f"/redfish/v1/Systems/{uuid.uuid5(uuid.NAMESPACE_DNS, f'provision-sim-bmc/{node}')}"
 
 
 def _plan(loaded: LoadedSpec) -> list[SimulatedBmc]:
@@ -75,8 +77,7 @@ def _plan(loaded: LoadedSpec) -> list[SimulatedBmc]:
         if not ipaddress.ip_address(node.bmc_address).is_loopback:
             raise UsageProblem(f"{node.name}: bmc_address {node.bmc_address} is not a loopback address; the "
                                "simulated BMCs only listen on 127.0.0.0/8")
-        system = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"provision-sim-bmc/{node.name}"))
-        planned.append(SimulatedBmc(node.name, node.bmc_address, bmc.port, f"/redfish/v1/Systems/{system}"))
+        planned.append(SimulatedBmc(node.name, node.bmc_address, bmc.port, system_path(node.name)))
     if not planned:
         raise UsageProblem("no node has a BMC address (bmc_address_start, or overrides: bmc_address)")
     return planned
@@ -85,22 +86,37 @@ def _plan(loaded: LoadedSpec) -> list[SimulatedBmc]:
 @contextmanager
 def running(loaded: LoadedSpec, state_dir: Path) -> Iterator[list[SimulatedBmc]]:
     """Every node's emulator, answering, and the power watcher; all stopped when the block ends."""
-    import bcrypt  # sushy-tools' own dependency: there only when the emulator is
-
     planned = _plan(loaded)
-    binary = _emulator()
     assert loaded.spec.bmc is not None
     credentials = loaded.spec.bmc.credentials
     username = resolve(credentials.username, what="bmc.credentials.username", spec_dir=loaded.path.parent)
     password = resolve(credentials.password, what="bmc.credentials.password", spec_dir=loaded.path.parent)
-    home = sim_cluster.sim_dir(state_dir) / "bmc"
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(planned, state_dir, (username, password), stop), daemon=True)
+    with emulators(sim_cluster.sim_dir(state_dir) / "bmc", planned, username, password):
+        watcher.start()
+        try:
+            yield planned
+        finally:
+            stop.set()
+            watcher.join(timeout=5)
+
+
+@contextmanager
+def emulators(home: Path, planned: list[SimulatedBmc], username: str, password: str) -> Iterator[None]:
+    """One emulator per BMC (fake driver, one system named after the node, powered on), behind basic
+    authentication with a bcrypt htpasswd file, each answering before the block starts; all stopped after it."""
+    import bcrypt  # sushy-tools' own dependency: there only when the emulator is
+
+    binary = emulator_path()
+    if binary is None:
+        raise UsageProblem("the simulated BMCs are sushy-tools' Redfish emulator: pip install sushy-tools "
+                           "(it is in the dev extra)")
     home.mkdir(parents=True, exist_ok=True)
     htpasswd = home / "htpasswd"
     htpasswd.touch(mode=0o600)
     htpasswd.write_text(f"{username}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n")
     processes: list[subprocess.Popen[bytes]] = []
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(planned, state_dir, (username, password), stop), daemon=True)
     try:
         for bmc in planned:
             folder = home / bmc.node
@@ -117,12 +133,8 @@ def running(loaded: LoadedSpec, state_dir: Path) -> Iterator[list[SimulatedBmc]]
                      "-p", str(bmc.port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                     env={**os.environ, "TMPDIR": str(folder / "tmp")}))  # the fake driver's state lives in TMPDIR
         _wait_until_answering(planned, home)
-        watcher.start()
-        yield planned
+        yield
     finally:
-        stop.set()
-        if watcher.is_alive():
-            watcher.join(timeout=5)
         for process in processes:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
