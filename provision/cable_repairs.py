@@ -138,12 +138,13 @@ def disable_ports(loaded: LoadedSpec, directory: Path, disables: list[cable_heal
     return rows
 
 
-def record_repair(loaded: LoadedSpec, directory: Path, port: str, action: str, note: str,
+def record_repair(view: FabricView, identity: SpecIdentity, directory: Path, port: str, action: str, note: str,
                   argv: list[str]) -> dict[str, str]:
-    """Keep a repair of the cable at SWITCH/PORT in its history; what was recorded, and in which run."""
-    cable = cable_at_port(design_fabric(loaded), port)
+    """Keep a repair of the cable at SWITCH/PORT in its history; what was recorded, and in which run. The fabric
+    is the spec's design or its cabling file (a fabric-only spec keeps a history too)."""
+    cable = cable_at_port(view.fabric, port)
     key = cable_health.cable_key(cable)
-    with mutating_run(directory, "repaired", argv, spec=_identity(loaded)) as run:
+    with mutating_run(directory, "repaired", argv, spec=identity) as run:
         run.note("cable_repair", {"cable": key, "action": action, "note": note})
         run.store.record_cable(key, "repair", {"action": action, "note": note}, run_id=run.id)
     return {"cable": key, "action": action, "note": note, "run_id": run.id, "record": str(run.path)}

@@ -288,6 +288,8 @@ def cable_at_port(fabric: Fabric, port: str) -> Cable:
     """The designed cable plugged into SWITCH/PORT, or a usage error naming the argument."""
     node, _, number = port.rpartition("/")
     cable = fabric.cable_at((node, int(number))) if number.isdigit() else None
+    if cable is None and number.isdigit():  # a plan's fabric is named in lower case, switches report upper case
+        cable = fabric.cable_at((node.lower(), int(number)))
     if cable is None:
         raise UsageProblem(f"{port}: no such cabled port in the fabric design (write SWITCH/PORT)")
     return cable

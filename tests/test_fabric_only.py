@@ -90,6 +90,17 @@ def test_fabric_only_spec_audits_and_watches_its_cabling_file(tmp_path: Path) ->
     assert flaps.returncode == 1, flaps.stderr
     rows = json.loads(flaps.stdout)["suspects"]
     assert {row["cable"] for row in rows} == flapping  # 8 flaps against the spec's policy of 6; no dump given
+    assert all(row["history"]["next_step"] == "reseat" for row in rows)
+
+    # the repair loop keeps its history for a fabric it did not design: the ladder moves on for that cable
+    cable = sorted(flapping)[0]
+    switch_end = next(end for end in cable.split(" - ") if "/l" not in end).upper()  # as a switch reports it
+    repaired = run_cli("topology", "repaired", str(spec), switch_end, "--action", "reseat", "--json", cwd=tmp_path)
+    assert repaired.returncode == 0, repaired.stderr
+    assert json.loads(repaired.stdout)["cable"] == cable
+    again = run_cli("topology", "flaps", str(spec), "--events", str(tmp_path / "event.log"), "--json", cwd=tmp_path)
+    history = {row["cable"]: row["history"] for row in json.loads(again.stdout)["suspects"]}
+    assert history[cable]["last_repair"]["action"] == "reseat" and history[cable]["next_step"] == "clean"
 
     drawn = run_cli("topology", "draw", str(spec), "--observed", str(DUMP), "-o", str(tmp_path / "f.svg"),
                     cwd=tmp_path)

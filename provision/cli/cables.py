@@ -23,6 +23,7 @@ from provision.cli.topology import topology
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
 from provision.fabric_view import view_of_plans, view_of_spec
 from provision.pipeline import default_state_dir
+from provision.run_context import SpecIdentity
 from provision.spec import load_fabric_spec, load_spec
 
 
@@ -134,9 +135,12 @@ def topology_flaps(spec: Path | None, plans: tuple[Path, ...], events: tuple[Pat
 @state_dir_option
 @json_option
 def topology_repaired(spec: Path, port: str, action: str, note: str, state_dir: Path | None, as_json: bool) -> int:
-    """Record a repair of the cable at SWITCH/PORT, so later flaps count against it and the ladder moves on."""
-    loaded = load_spec(spec)
-    recorded = cable_repairs.record_repair(loaded, state_dir_of(loaded, state_dir), port, action, note, argv())
+    """Record a repair of the cable at SWITCH/PORT, so later flaps count against it and the ladder moves on.
+    SPEC may be a fabric-only spec (its cabling file is the fabric)."""
+    loaded = load_fabric_spec(spec)
+    directory = state_dir or default_state_dir(loaded.path, loaded.spec.cluster.name)
+    recorded = cable_repairs.record_repair(view_of_spec(loaded), SpecIdentity(loaded.path.resolve(), loaded.sha256),
+                                           directory, port, action, note, argv())
     if as_json:
         emit_json(recorded)
     else:
