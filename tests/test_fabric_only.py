@@ -112,6 +112,7 @@ def test_fabric_only_spec_audits_and_watches_its_cabling_file(tmp_path: Path) ->
     assert "describes only a fabric" in refused.stderr and "sat11.yaml:1:1" in refused.stderr
 
 
+@pytest.mark.fast
 def test_fabric_only_spec_needs_a_cabling_file(tmp_path: Path) -> None:
     spec = tmp_path / "fabric.yaml"
     spec.write_text("cluster:\n  name: f\nfabric:\n  rails: 8\n  hosts_per_su: 32\n  switch_radix: 64\n")
@@ -127,6 +128,7 @@ def test_fabric_only_spec_needs_a_cabling_file(tmp_path: Path) -> None:
     assert "describes only a fabric" in str(caught.value)
 
 
+@pytest.mark.fast
 def test_tiers_come_from_the_graph_and_double_booked_ports_are_located() -> None:
     def cable(a: tuple[str, str], b: tuple[str, str], line: int) -> PlannedCable:
         return PlannedCable(a, b, line)

@@ -25,6 +25,7 @@ from topology.writer import switch_guid
 DATA = Path(__file__).parent / "data" / "ibdiagnet"
 
 
+@pytest.mark.fast
 def test_nodes_and_links_become_a_discovery() -> None:
     discovery = parse_db_csv((DATA / "two_leaves.db_csv").read_text())
     kinds = {node.description: node.kind for node in discovery.nodes.values()}
@@ -39,6 +40,7 @@ def test_nodes_and_links_become_a_discovery() -> None:
     assert all(link.speed == NOT_REPORTED and link.width is None for link in discovery.links.values())
 
 
+@pytest.mark.fast
 def test_counters_and_serials_by_column_name() -> None:
     text = (DATA / "two_leaves.db_csv").read_text()
     counters = port_counters(text)
@@ -48,6 +50,7 @@ def test_counters_and_serials_by_column_name() -> None:
     assert cable_serials(text) == {("fc6a1c0300000001", 33): "MT2412FT01234"}
 
 
+@pytest.mark.fast
 def test_a_truncated_file_is_refused_with_its_line() -> None:
     text = (DATA / "two_leaves.db_csv").read_text()
     with pytest.raises(DbCsvError) as caught:
