@@ -169,10 +169,14 @@ class ProvisionPhase:
         # play keywords (max_fail_percentage) see extra vars, not inventory vars: the budget goes here
         budget = {"provision_max_fail_percentage": context.loaded.spec.admission.max_failure_percent.provision}
         checks = node_check.write_check_files(context.loaded, context.run.path / "node-check")
-        result = ansible.run_playbook(path, hosts, forks=context.forks,
-                                      extravars={**budget, "node_check_dir": str(checks), **context.secrets},
-                                      on_task=lambda host, task, outcome: context.run.event(
-                                          "task", host=host, task=task, outcome=outcome))
+
+        def play(on: list[str]) -> ansible.PlaybookResult:
+            return ansible.run_playbook(path, on, forks=context.forks,
+                                        extravars={**budget, "node_check_dir": str(checks), **context.secrets},
+                                        on_task=lambda host, task, outcome: context.run.event(
+                                            "task", host=host, task=task, outcome=outcome))
+
+        result = play(hosts)
         if result.status in ("canceled", "timeout"):
             # an interrupted play proves nothing about any host: leave every node as it was
             context.run.event("phase.provision.interrupted", status=result.status)
@@ -184,11 +188,7 @@ class ProvisionPhase:
                 context.run.event("provision.power_cycle", node=host, ok=cycle["ok"], detail=cycle["detail"],
                                   steps=cycle["steps"])
             if cycled.back:  # the play again, for them alone: it picks up after the reboot
-                again = ansible.run_playbook(path, cycled.back, forks=context.forks,
-                                             extravars={**budget, "node_check_dir": str(checks), **context.secrets},
-                                             on_task=lambda host, task, outcome: context.run.event(
-                                                 "task", host=host, task=task, outcome=outcome))
-                result.hosts.update(again.hosts)
+                result.hosts.update(play(cycled.back).hosts)
         rows, failed, changed, stopped = [], [], [], []
         for host in hosts:
             outcome = result.hosts[host]
