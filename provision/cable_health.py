@@ -128,11 +128,8 @@ def _read(path: Path) -> str:
 
 def read_snapshot(directory: Path, names: dict[str, str]) -> tuple[float, dict[Port, dict[str, int]]]:
     """A counter snapshot: ``<node>.out`` files of ``perfquery -x``/``-l -x`` output (the node by name, or by
-    GUID resolved through ``names``) and a ``captured_at`` file holding an ISO 8601 time; or an ibdiagnet
-    ``db_csv`` file (its PM_INFO table, switches named by its own NODES table, taken at the file's modification
-    time: ibdiagnet writes it as its run ends, so copy it with ``cp -p``)."""
-    if directory.is_file():
-        return _db_csv_snapshot(directory)
+    GUID resolved through ``names``) and a ``captured_at`` file holding an ISO 8601 time. (An ibdiagnet db_csv
+    file is the other kind of snapshot: :func:`read_db_csv_snapshot`.)"""
     stamp_file = directory / "captured_at"
     if not directory.is_dir() or not stamp_file.exists():
         raise EvidenceError(f"{directory}: a counter snapshot is a directory with a captured_at file "
@@ -155,26 +152,20 @@ def read_snapshot(directory: Path, names: dict[str, str]) -> tuple[float, dict[P
     return captured.timestamp(), readings
 
 
-def _db_csv_snapshot(path: Path) -> tuple[float, dict[Port, dict[str, int]]]:
-    text = _read(path)
+def read_db_csv_snapshot(path: Path) -> tuple[float, dict[Port, dict[str, int]], dict[Port, str]]:
+    """An ibdiagnet db_csv as a counter snapshot: its PM_INFO counters and CABLE_INFO serials, switch ports named
+    by its own NODES table, taken at the file's modification time (ibdiagnet writes it as its run ends, so copy
+    it with ``cp -p``). The file is read and its tables parsed once."""
     try:
-        by_guid, _ = guid_names(ibdiagnet.parse_db_csv(text))
-        readings = ibdiagnet.port_counters(text)
+        found = ibdiagnet.read_db_csv(_read(path))
     except ibdiagnet.DbCsvError as error:
         raise EvidenceError(f"{path}: {error}") from None
-    if not readings:
+    if not found.counters:
         raise EvidenceError(f"{path}: no PM_INFO table: run ibdiagnet with its performance counters (--pc)")
-    return path.stat().st_mtime, {(by_guid[guid], port): values for (guid, port), values in readings.items()
-                                  if guid in by_guid}
-
-
-def add_serials(evidence: linkhealth.Evidence, fabric: Fabric, text: str) -> None:
-    """Cable serial numbers from a db_csv's CABLE_INFO, onto the cables of the fabric (switch ends)."""
-    by_guid, _ = guid_names(ibdiagnet.parse_db_csv(text))
-    for (guid, port), serial in ibdiagnet.cable_serials(text).items():
-        cable = fabric.cable_at((by_guid[guid], port)) if guid in by_guid else None
-        if cable is not None:
-            evidence.serials.setdefault(cable, serial)
+    by_guid, _ = guid_names(found.discovery)
+    readings = {(by_guid[guid], port): values for (guid, port), values in found.counters.items() if guid in by_guid}
+    serials = {(by_guid[guid], port): serial for (guid, port), serial in found.serials.items() if guid in by_guid}
+    return path.stat().st_mtime, readings, serials
 
 
 def guid_names(discovery: ibnetdiscover.Discovery) -> tuple[dict[str, str], dict[str, str]]:
@@ -242,10 +233,18 @@ def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[
         discovery = parse_observed(_read(inputs.observed), inputs.observed)
         names, guids = guid_names(discovery)
         add_port_states(evidence, view, discovery, inputs.observed)
-    snapshots = sorted((read_snapshot(directory, names) for directory in inputs.counters), key=lambda shot: shot[0])
+    snapshots: list[tuple[float, dict[Port, dict[str, int]]]] = []
     for path in inputs.counters:
-        if path.is_file():  # an ibdiagnet db_csv: its CABLE_INFO names the cables' serials
-            add_serials(evidence, fabric, _read(path))
+        if path.is_file():  # an ibdiagnet db_csv: its CABLE_INFO also names the cables' serials
+            captured, values, serials = read_db_csv_snapshot(path)
+            for port, serial in serials.items():
+                cable = fabric.cable_at(port)
+                if cable is not None:
+                    evidence.serials.setdefault(cable, serial)
+            snapshots.append((captured, values))
+        else:
+            snapshots.append(read_snapshot(path, names))
+    snapshots.sort(key=lambda shot: shot[0])
     if len(inputs.counters) == 1:
         raise EvidenceError(f"{inputs.counters[0]}: counters need two snapshots to give a delta")
     for (start, before), (end, after) in itertools.pairwise(snapshots):

@@ -89,10 +89,27 @@ def _guid(text: str) -> str:
     return f"{int(text.strip(), 16):016x}"
 
 
-@bulk
+@dataclass
+class DbCsv:
+    """Everything this tool reads from one db_csv file, its tables parsed once."""
+
+    discovery: Discovery
+    counters: dict[tuple[str, int], dict[str, int]]
+    serials: dict[tuple[str, int], str]
+
+
+def read_db_csv(text: str) -> DbCsv:
+    found = tables(text)
+    return DbCsv(_discovery(found), _counters(found), _serials(found))
+
+
 def parse_db_csv(text: str) -> Discovery:
     """The nodes and links of a db_csv file as a discovery (see the module docstring)."""
-    found = tables(text)
+    return _discovery(tables(text))
+
+
+@bulk
+def _discovery(found: dict[str, Table]) -> Discovery:
     for needed in ("NODES", "LINKS"):
         if needed not in found:
             raise DbCsvError(f"no {needed} table (START_{needed}): not an ibdiagnet db_csv file", 1)
@@ -139,7 +156,11 @@ def counter_name(column: str) -> str:
 def port_counters(text: str) -> dict[tuple[str, int], dict[str, int]]:
     """(GUID, port) → counter → value, from ``PM_INFO`` (empty without the table). A cell that is not a number
     (``N/A`` where a port does not support a counter) is left out, never read as zero."""
-    found = tables(text).get("PM_INFO")
+    return _counters(tables(text))
+
+
+def _counters(tables_found: dict[str, Table]) -> dict[tuple[str, int], dict[str, int]]:
+    found = tables_found.get("PM_INFO")
     if found is None:
         return {}
     guid_at, port_at = found.require("NodeGUID", "NodeGuid"), found.require("PortNumber", "PortNum")
@@ -162,7 +183,11 @@ def port_counters(text: str) -> dict[tuple[str, int], dict[str, int]]:
 
 def cable_serials(text: str) -> dict[tuple[str, int], str]:
     """(GUID, port) → the cable's serial number, from ``CABLE_INFO`` (empty without the table)."""
-    found = tables(text).get("CABLE_INFO")
+    return _serials(tables(text))
+
+
+def _serials(tables_found: dict[str, Table]) -> dict[tuple[str, int], str]:
+    found = tables_found.get("CABLE_INFO")
     if found is None:
         return {}
     guid_at, port_at = found.require("NodeGuid", "NodeGUID"), found.require("PortNum", "PortNumber")
