@@ -5,7 +5,8 @@ Each measurement fills the buffers so the right answer is known, checks it after
 ``iters`` calls. Every call is *posted* asynchronously and logged with its sequence number before it is waited
 on with a short timeout: when a rank stops, its peers have posted a call it never did, and that is how the
 controller names it. Time spent outside collectives is reported per rank, because in a synchronous
-collective a straggler is the rank the others wait for, not the one that waits.
+collective a straggler is the rank the others wait for, not the one that waits. ``params["scopes"]`` picks
+``all``, ``rails`` or both (the default); a slow rail is located by launches that measure only the rails.
 """
 
 from __future__ import annotations
@@ -111,8 +112,11 @@ def run(context: dict) -> dict:
     device = device_for(context["local_rank"])
     init_group(context, rank, world, params["timeout_s"])
     rails = [dist.new_group([node * nproc + lane for node in range(nnodes)]) for lane in range(nproc)]
-    scopes: list[tuple[str, dist.ProcessGroup | None, int]] = [("all", dist.group.WORLD, world)]
-    if nnodes > 1 and nproc > 1:
+    wanted = params.get("scopes", ["all", "rails"])  # a rail check measures only the rails
+    scopes: list[tuple[str, dist.ProcessGroup | None, int]] = []
+    if "all" in wanted:
+        scopes.append(("all", dist.group.WORLD, world))
+    if "rails" in wanted and nnodes > 1 and nproc > 1:
         scopes.append((f"rail{context['local_rank']}", rails[context["local_rank"]], nnodes))
     sequencer = Sequencer(rank, params["timeout_s"])
     measured, outside_s = 0, 0.0

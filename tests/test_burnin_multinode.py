@@ -24,12 +24,13 @@ FAULTS = [
     {"kind": "rank_hang", "node": "sim04", "params": {"local_rank": 1, "after_ops": 5}},
     {"kind": "rank_slow", "node": "sim05", "params": {"factor": 0.2}},
     {"kind": "collective_corruption", "node": "sim07", "params": {"local_rank": 1}},
+    {"kind": "degraded_hca_port", "node": "sim08", "target": "mlx5_3"},  # rail 1 (GPU 1 of the four-GPU profile)
 ]
 
 
-def _spec(directory: Path) -> Path:
-    return shrink_to_four_gpus(write_spec(directory, FAULTS, hosts="sim[01-07]", stages=["preflight", "node",
-                                                                                       "collectives"],
+def _spec(directory: Path, faults: list[dict] = FAULTS, hosts: str = "sim[01-08]") -> Path:
+    return shrink_to_four_gpus(write_spec(directory, faults, hosts=hosts, stages=["preflight", "node",
+                                                                                  "collectives"],
                                           admission={"max_failure_percent": {"burnin": 100}}))
 
 
@@ -90,6 +91,32 @@ def test_a_corrupting_rank_is_isolated_by_group_testing(burned_in: dict) -> None
     reason = burned_in["nodes"]["sim07"]["reason"]
     assert "every group holding sim07 gets wrong all_reduce sums" in reason
     assert "confirmed beside a healthy partner" in reason
+
+
+def test_a_slow_rail_is_pinned_on_its_node_by_pairing(burned_in: dict) -> None:
+    reason = burned_in["nodes"]["sim08"]["reason"]
+    assert "rail 1 (mlx5_3, GPU 1) on sim08 is slow beside a healthy partner" in reason, reason
+    report = json.loads((burned_in["run_dir"] / "workers" / "collectives.json").read_text())
+    judged = report[-1]
+    assert set(judged["stragglers"]) == set() and "rail1" in judged["rails"], judged  # sim05 was removed first
+    pairing = judged["rail_pairing"]
+    assert pairing["slow"] == [1] and list(pairing["confirmed"]) == ["sim08"] and not pairing["systemic"]
+    passed = json.loads((burned_in["run_dir"] / "burnin-collectives.json").read_text())
+    healthy = next(verdict for verdict in passed if verdict["node"] == "sim01")
+    rail_check = next(result for result in healthy["results"] if result["check"] == "rail_busbw")
+    assert rail_check["outcome"] == "ok" and "slow on other nodes only" in rail_check["message"], rail_check
+
+
+def test_a_rail_slow_on_every_node_stops_the_run_as_systemic(tmp_path: Path) -> None:
+    faults = [{"kind": "degraded_hca_port", "node": f"sim0{index}", "target": "mlx5_3"} for index in (1, 2)]
+    burned = provision_then_burn_in(_spec(tmp_path, faults, hosts="sim[01-02]"))
+    assert burned["rc"] != 0
+    assert {row["state"] for row in burned["nodes"].values()} == {"burning-in"}, burned["nodes"]
+    stopped = json.dumps(burned["payload"])
+    assert "rail 1 (mlx5_3, GPU 1) slow in every pair of nodes" in stopped
+    assert "no node was quarantined for it" in stopped
+    report = json.loads((burned["run_dir"] / "workers" / "collectives.json").read_text())
+    assert report[-1]["rail_pairing"]["systemic"] is True and report[-1]["rail_pairing"]["confirmed"] == {}
 
 
 def _report(burned_in: dict) -> Path:

@@ -124,3 +124,20 @@ def test_swap_off_may_be_written_bare(tmp_path: Path) -> None:
         "host:\n  gpudirect: peermem", "host:\n  tuning: {swap: off}\n  gpudirect: peermem")
     loaded = load_spec(_write(tmp_path, text))
     assert loaded.spec.host.tuning.swap == "off"
+
+
+def test_a_rank_fault_on_a_rail_no_rank_uses_is_refused(tmp_path: Path) -> None:
+    import yaml
+
+    data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())  # two ranks a node: GPUs 0 and 1 only
+    gpu_of = data["hardware"]["hgx-h100"]["rails"]
+    far = next(hca for hca, gpu in gpu_of.items() if gpu >= 2)
+    near = next(hca for hca, gpu in gpu_of.items() if gpu == 1)
+    data["simulation"]["faults"] = [{"kind": "degraded_hca_port", "node": "sim02", "target": far}]
+    path = _write(tmp_path, yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    expected = f"sim02: {far} is the rail of GPU {gpu_of[far]}, but the burn-in starts 2 rank(s) a node"
+    assert expected in str(caught.value)
+    data["simulation"]["faults"][0]["target"] = near
+    load_spec(_write(tmp_path, yaml.safe_dump(data, sort_keys=False)))

@@ -14,10 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from provision.burnin import rails
 from provision.burnin.isolation import Isolation, isolate, lower_bound
 from provision.burnin.launch import LaunchResult, NodeRun, launch
 from provision.burnin.verdict import NodeVerdict, judge
-from provision.checks.node_stage import judge_nccl_transport, judge_node_records
+from provision.checks.node_stage import judge_nccl_transport, judge_node_records, on_gpu
 from provision.checks.outcome import CheckResult, Outcome
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
@@ -132,7 +133,7 @@ def keep_logs(result: LaunchResult, directory: Path) -> None:
 #: nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md), with n the group size.
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
-MAX_ATTEMPTS = 4
+MAX_ATTEMPTS = 6
 
 
 def collective_params(loaded: LoadedSpec) -> dict[str, Any]:
@@ -260,6 +261,110 @@ def isolate_wrong_results(loaded: LoadedSpec, state_dir: Path, nodes: list[Resol
     return isolate([node.name for node in nodes], run_round, min_group=2)
 
 
+class RailsSystemic(RuntimeError):
+    """Slow rails in every pair of nodes: the fabric's or the configuration's, not any node's."""
+
+
+def judge_launch_rails(result: LaunchResult, limits: dict[str, float]) -> dict[int, rails.RailJudgement]:
+    """Every rail of one launch, against its peers and, on GPUs, against ``rail_busbw_gbps``."""
+    records = [record for run in result.nodes for record in run.of("result")]
+    return rails.judge_rails(bus_bandwidth(result), peer_fraction=limits["rail_peer_fraction"],
+                             floor_gbps=limits["rail_busbw_gbps"] if on_gpu(records) else None)
+
+
+def locate_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int,
+                      slow_rails: list[int], *, port: int, evidence_dir: Path) -> rails.RailAttribution:
+    """Which nodes make ``slow_rails`` slow: pairs measured at once, rails only (see :mod:`provision.burnin.rails`)."""
+    by_name = {node.name: node for node in nodes}
+    params = {**collective_params(loaded), "scopes": ["rails"]}
+    limits = stage_limits(loaded, nodes[0])
+    deadline = max(60.0, 5 * params["timeout_s"])
+    launched = {"n": 0}
+
+    def run_round(groups: list[list[str]]) -> list[dict[int, rails.RailJudgement]]:
+        def one(index_group: tuple[int, list[str]]) -> dict[int, rails.RailJudgement]:
+            index, group = index_group
+            result = launch(loaded, state_dir, [by_name[name] for name in group], test="collectives", nproc=nproc,
+                            params=params, deadline_s=deadline, port=port + launched["n"] + index)
+            keep_logs(result, evidence_dir / f"rails-{launched['n'] + index + 1}")
+            if stopped_ranks(result) or any(run.unfinished for run in result.nodes) or wrong_results(result):
+                # a pair that could not measure proves nothing healthy: judged slow on every rail asked about
+                return {rail: rails.RailJudgement(rail, None, 0.0, 0, True, "the pair's test did not finish")
+                        for rail in slow_rails}
+            return judge_launch_rails(result, limits)
+
+        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+            judged = list(pool.map(one, enumerate(groups)))
+        launched["n"] += len(groups)
+        return judged
+
+    return rails.attribute([node.name for node in nodes], slow_rails, run_round)
+
+
+def rail_names(loaded: LoadedSpec, node: ResolvedNode) -> dict[int, str]:
+    """GPU index -> its rail's HCA, from the node's hardware profile."""
+    return {gpu: hca for hca, gpu in loaded.spec.hardware[node.hardware].rails.items()}
+
+
+def pairing_lines(attribution: rails.RailAttribution) -> list[str]:
+    """One evidence line per pairing round: each group and what was slow in it."""
+    return [f"round {round_['round']}: " + "; ".join(
+        f"{'+'.join(group['nodes'])} " + (f"slow {group['slow']}" if group["slow"] else "ok")
+        for group in round_["groups"]) for round_ in attribution.log]
+
+
+def judge_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int,
+                     result: LaunchResult, *, port: int, evidence_dir: Path, entry: dict[str, Any],
+                     ) -> dict[str, CheckResult]:
+    """Per node, its ``rail_busbw`` result; what was measured goes into the report's ``entry``. A slow rail in the
+    fleet's run sends the nodes to pairing; a node slow beside a healthy partner fails, the others pass with their
+    figures; slow rails in every pair raise :class:`RailsSystemic`."""
+    limits = stage_limits(loaded, nodes[0])
+    judged = judge_launch_rails(result, limits)
+    fleet = {f"rail{rail}": judgement.reason for rail, judgement in judged.items()}
+    found = rails.slow(judged)
+    names = rail_names(loaded, nodes[0])
+    label = {rail: f"rail {rail} ({names.get(rail, '?')}, GPU {rail})" for rail in judged}
+    if not judged:
+        entry["rails"] = "not measured (one node or one rank a node)"
+        return {}
+    checks = {}
+    entry["rails"] = fleet
+    attribution = None
+    if found:
+        attribution = locate_slow_rails(loaded, state_dir, nodes, nproc, sorted(found), port=port,
+                                        evidence_dir=evidence_dir)
+        entry["rail_pairing"] = {"slow": sorted(found), "confirmed": {
+            host: sorted(bad) for host, bad in attribution.confirmed.items()}, "unconfirmed": attribution.unconfirmed,
+            "systemic": attribution.systemic, "launches": attribution.launches, "rounds": attribution.rounds,
+            "log": attribution.log}
+        if attribution.systemic:
+            raise RailsSystemic(
+                f"{', '.join(label[rail] for rail in sorted(found))} slow in every pair of nodes measured "
+                f"({'; '.join(found[rail].reason for rail in sorted(found))}): a rail slow on every node is the "
+                "fabric's or the configuration's (that rail's leaves or spine plane, NCCL or GPUDirect settings), "
+                "not a node's, so no node was quarantined for it")
+    for node in nodes:
+        bad = attribution.confirmed.get(node.name) if attribution else None
+        if bad and attribution:
+            checks[node.name] = CheckResult(
+                "rail_busbw", Outcome.FAILED, f"{' and '.join(label[rail] for rail in sorted(bad))} on {node.name} "
+                f"is slow beside a healthy partner: {'; '.join(bad[rail].reason for rail in sorted(bad))}",
+                "check that HCA's port counters (symbol and link-recovery errors), reseat or replace its cable and "
+                "transceiver, and check the GPU-HCA PCIe path (lspci link status, ACS); then run the pair tests on "
+                "that rail", [f"whole fleet: {'; '.join(f'{label[rail]}: {found[rail].reason}' for rail in found)}",
+                              *pairing_lines(attribution)])
+            continue
+        note = [f"{label[rail]}: {judgement.reason}" for rail, judgement in judged.items()]
+        if attribution and node.name in attribution.unconfirmed:
+            note.insert(0, "in a slow pair at first, fine beside a healthy partner")
+        checks[node.name] = CheckResult(
+            "rail_busbw", Outcome.OK, f"{len(judged)} rails within {limits['rail_peer_fraction']:g} of each other"
+            + (f" ({', '.join(label[rail] for rail in found)} slow on other nodes only)" if found else ""),
+            evidence=note)
+    return checks
+
+
 def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, port: int,
                           evidence_dir: Path) -> list[NodeVerdict]:
     burnin = loaded.spec.burnin
@@ -272,66 +377,80 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
     finished_runs: dict[str, NodeRun] = {}
     suspects: dict[str, float] = {}
     report: list[dict[str, Any]] = []
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        if len(remaining) < 2:
-            break
-        result = launch(loaded, state_dir, remaining, test="collectives", nproc=nproc, params=params,
-                        deadline_s=deadline, port=port + attempt)
-        keep_logs(result, evidence_dir / f"collectives-attempt{attempt}")
-        lost = lost_nodes(result, check="collectives", doing="inside a collective", timeout_s=params["timeout_s"],
-                          when=f"attempt {attempt}")
-        if lost:
-            for host, results in lost.items():
-                failed.setdefault(host, []).extend(results)
-            remaining = [node for node in remaining if node.name not in failed]
-            report.append({"attempt": attempt, "lost": {host: [result.message for result in results]
-                                                        for host, results in lost.items()}})
-            continue  # the rest never finished: run them again without the culprits
-        wrong = wrong_results(result)
-        if wrong:  # everyone's sum is wrong, so the output names nobody: find the cause by group testing
-            isolation = isolate_wrong_results(loaded, state_dir, remaining, nproc, port=port + 100 * attempt,
-                                          evidence_dir=evidence_dir / f"collectives-attempt{attempt}")
-            bound = lower_bound(len(remaining), max(1, len(isolation.confirmed)))
-            report.append({"attempt": attempt, "wrong": wrong, "isolation": {
-                "confirmed": isolation.confirmed, "unconfirmed": isolation.unconfirmed,
-                "launches": isolation.launches, "rounds": isolation.rounds, "bound": round(bound, 2),
-                "log": isolation.log, "unresolved": isolation.unresolved}})
-            if not isolation.confirmed:
-                raise CollectivesUnresolved(
-                    f"collectives returned wrong results ({', '.join(wrong[:3])}) but group testing confirmed no "
-                    f"node in {isolation.launches} launches (unconfirmed: {isolation.unconfirmed or 'none'}): "
-                    "no node was quarantined for it")
-            for host in isolation.confirmed:
+    rail_checks: dict[str, CheckResult] = {}
+    try:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            if len(remaining) < 2:
+                break
+            result = launch(loaded, state_dir, remaining, test="collectives", nproc=nproc, params=params,
+                            deadline_s=deadline, port=port + attempt)
+            keep_logs(result, evidence_dir / f"collectives-attempt{attempt}")
+            lost = lost_nodes(result, check="collectives", doing="inside a collective", timeout_s=params["timeout_s"],
+                              when=f"attempt {attempt}")
+            if lost:
+                for host, results in lost.items():
+                    failed.setdefault(host, []).extend(results)
+                remaining = [node for node in remaining if node.name not in failed]
+                report.append({"attempt": attempt, "lost": {host: [result.message for result in results]
+                                                            for host, results in lost.items()}})
+                continue  # the rest never finished: run them again without the culprits
+            wrong = wrong_results(result)
+            if wrong:  # everyone's sum is wrong, so the output names nobody: find the cause by group testing
+                isolation = isolate_wrong_results(loaded, state_dir, remaining, nproc, port=port + 100 * attempt,
+                                              evidence_dir=evidence_dir / f"collectives-attempt{attempt}")
+                bound = lower_bound(len(remaining), max(1, len(isolation.confirmed)))
+                report.append({"attempt": attempt, "wrong": wrong, "isolation": {
+                    "confirmed": isolation.confirmed, "unconfirmed": isolation.unconfirmed,
+                    "launches": isolation.launches, "rounds": isolation.rounds, "bound": round(bound, 2),
+                    "log": isolation.log, "unresolved": isolation.unresolved}})
+                if not isolation.confirmed:
+                    raise CollectivesUnresolved(
+                        f"collectives returned wrong results ({', '.join(wrong[:3])}) but group testing confirmed no "
+                        f"node in {isolation.launches} launches (unconfirmed: {isolation.unconfirmed or 'none'}): "
+                        "no node was quarantined for it")
+                for host in isolation.confirmed:
+                    failed.setdefault(host, []).append(CheckResult(
+                        "correctness", Outcome.FAILED, f"every group holding {host} gets wrong all_reduce sums, "
+                        f"confirmed beside a healthy partner (group testing: {isolation.launches} launches in "
+                        f"{isolation.rounds} rounds, bound d·log2(n/d) = {bound:.1f})",
+                        "run dcgmi diag -r 3 and the HCA's self-test; reseat or RMA the GPU or HCA on the data path",
+                        [f"first run: wrong {', '.join(wrong[:4])}",
+                         *[f"round {entry['round']}: " + "; ".join(
+                             f"{'+'.join(group['nodes'] + group['padding'])} {'FAILED' if group['failed'] else 'ok'}"
+                             for group in entry["groups"]) for entry in isolation.log]]))
+                remaining = [node for node in remaining if node.name not in failed]
+                continue  # the rest measured again, without the culprits
+            found = stragglers(result, limits["outlier_mad"])
+            finished_runs = {run.node: run for run in result.nodes}
+            report.append({"attempt": attempt, "busbw": bus_bandwidth(result), "stragglers": found})
+            confirmed = {host: score for host, score in found.items() if host in suspects}
+            if found and not confirmed and attempt < MAX_ATTEMPTS and not suspects:
+                suspects = found  # judged against the fleet, then repeated before anyone is failed
+                # the repeat gives node rank 0, whose host serves the rendezvous store, to a host not under suspicion:
+                # a role must not pass for a slow host (seen on a loaded 2-core CI machine: rank 0's host a straggler
+                # twice in a row at robust z 7.7)
+                remaining = sorted(remaining, key=lambda node: node.name in found)
+                continue
+            for host, score in confirmed.items():
                 failed.setdefault(host, []).append(CheckResult(
-                    "correctness", Outcome.FAILED, f"every group holding {host} gets wrong all_reduce sums, "
-                    f"confirmed beside a healthy partner (group testing: {isolation.launches} launches in "
-                    f"{isolation.rounds} rounds, bound d·log2(n/d) = {bound:.1f})",
-                    "run dcgmi diag -r 3 and the HCA's self-test; reseat or RMA the GPU or HCA on the data path",
-                    [f"first run: wrong {', '.join(wrong[:4])}",
-                     *[f"round {entry['round']}: " + "; ".join(
-                         f"{'+'.join(group['nodes'] + group['padding'])} {'FAILED' if group['failed'] else 'ok'}"
-                         for group in entry["groups"]) for entry in isolation.log]]))
-            remaining = [node for node in remaining if node.name not in failed]
-            continue  # the rest measured again, without the culprits
-        found = stragglers(result, limits["outlier_mad"])
-        finished_runs = {run.node: run for run in result.nodes}
-        report.append({"attempt": attempt, "busbw": bus_bandwidth(result), "stragglers": found})
-        confirmed = {host: score for host, score in found.items() if host in suspects}
-        if found and not confirmed and attempt < MAX_ATTEMPTS and not suspects:
-            suspects = found  # judged against the fleet, then repeated before anyone is failed
-            # the repeat gives node rank 0, whose host serves the rendezvous store, to a host not under suspicion:
-            # a role must not pass for a slow host (seen on a loaded 2-core CI machine: rank 0's host a straggler
-            # twice in a row at robust z 7.7)
-            remaining = sorted(remaining, key=lambda node: node.name in found)
-            continue
-        for host, score in confirmed.items():
-            failed.setdefault(host, []).append(CheckResult(
-                "outliers", Outcome.FAILED, f"a rank on {host} is a straggler in collectives twice in a row "
-                f"(robust z {score:g} > {limits['outlier_mad']:g})", "check that GPU's clocks and its HCA; "
-                "run the pair tests on its rail", [f"first run z {suspects[host]:g}, repeat z {score:g}"]))
-        break
-    evidence_dir.mkdir(parents=True, exist_ok=True)
-    (evidence_dir / "collectives.json").write_text(json.dumps(report, indent=2))
+                    "outliers", Outcome.FAILED, f"a rank on {host} is a straggler in collectives twice in a row "
+                    f"(robust z {score:g} > {limits['outlier_mad']:g})", "check that GPU's clocks and its HCA; "
+                    "run the pair tests on its rail", [f"first run z {suspects[host]:g}, repeat z {score:g}"]))
+            if confirmed and attempt < MAX_ATTEMPTS:  # a straggler slows its rail too: judge the rails without it
+                remaining = [node for node in remaining if node.name not in failed]
+                suspects = {}
+                continue
+            if not confirmed and len(remaining) >= 2:
+                rail_checks = judge_slow_rails(loaded, state_dir, remaining, nproc, result,
+                                               port=port + 100 * (MAX_ATTEMPTS + 1), entry=report[-1],
+                                               evidence_dir=evidence_dir / f"collectives-attempt{attempt}")
+                for host, check in list(rail_checks.items()):
+                    if check.outcome is Outcome.FAILED:
+                        failed.setdefault(host, []).append(rail_checks.pop(host))
+            break
+    finally:  # what was measured is kept, also when the stage stops as systemic
+        evidence_dir.mkdir(parents=True, exist_ok=True)
+        (evidence_dir / "collectives.json").write_text(json.dumps(report, indent=2))
     verdicts = []
     finished = report[-1] if report else {}
     gpudirect = loaded.spec.host.gpudirect != "off"
@@ -341,8 +460,9 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
         elif "busbw" in finished:
             verdicts.append(judge(loaded.spec.admission, node.name, "collectives", [CheckResult(
                 "collectives", Outcome.OK, f"{len(finished['busbw'])} measurements correct on "
-                f"{len(remaining)} nodes; no straggler"), judge_transport(finished_runs[node.name],
-                                                                          gpudirect=gpudirect)]))
+                f"{len(remaining)} nodes; no straggler"), *([rail_checks[node.name]] if node.name in rail_checks
+                                                           else []),
+                judge_transport(finished_runs[node.name], gpudirect=gpudirect)]))
         else:
             verdicts.append(judge(loaded.spec.admission, node.name, "collectives", [CheckResult(
                 "collectives", Outcome.UNKNOWN, "the collectives never completed after removing the nodes that "

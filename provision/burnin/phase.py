@@ -76,7 +76,7 @@ def _collectives(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeV
         verdicts = multinode.run_collectives_stage(context.loaded, nodes, context.store.state_dir,
                                                    port=free_port(_seed(context)),
                                                    evidence_dir=context.run.path / "workers")
-    except multinode.CollectivesUnresolved as problem:
+    except (multinode.CollectivesUnresolved, multinode.RailsSystemic) as problem:
         raise SystemicFailure(str(problem)) from None
     context.advance(len(nodes))
     return verdicts

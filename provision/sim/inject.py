@@ -190,11 +190,19 @@ def rank_fault(kind: str) -> Injector:
     return inject
 
 
+def degraded_hca_port(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """Nothing a host tool reads changes (the port is ACTIVE at its rate): the slowness is in the data path of the
+    rail's rank, which the rank shim applies to every inter-node collective it takes part in."""
+    hca = next(hca for hca in node.hardware.hcas if hca.name == (target or node.hardware.hcas[0].name))
+    node.state.setdefault("rank_faults", []).append({"kind": "degraded_hca_port", "local_rank": hca.gpu,
+                                                     "hca": hca.name, **params})
+
+
 INJECTORS: dict[str, Injector] = {
     **{kind: rank_fault(kind) for kind in ("slow_gpu", "rank_hang", "rank_slow", "rank_wrong_result",
                                                  "collective_corruption", "step_slowdown")},
     "acs_enabled": acs_enabled, "wrong_driver": wrong_driver, "pin_unavailable": pin_unavailable,
-    "reboot_hang": reboot_hang,
+    "reboot_hang": reboot_hang, "degraded_hca_port": degraded_hca_port,
     "peermem_missing": peermem_missing,
     "peermem_unregistered": peermem_unregistered, "gpu_missing": gpu_missing, "pcie_downtrained": pcie_downtrained,
     "xid": xid, "ecc_uncorrectable": ecc_uncorrectable, "row_remap_pending": row_remap_pending,

@@ -90,6 +90,12 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("degraded_link", "fabric", "cable", "pairs", "tomography",
               "a link carries a fraction of its bandwidth; pair tests and tomography locate it",
               {"factor": Param(float, 0.5, 0.01, 0.99)}),
+    FaultKind("degraded_hca_port", "rank", _HCA, "collectives", "rail_busbw",
+              "one HCA's data path (a port passing traffic with link-level retries, or the PCIe path between the "
+              "GPU and its HCA) carries GPU traffic at a fraction of its speed while its port reads ACTIVE at full "
+              "rate: every collective on that rail is slow for all its members and nobody is a straggler; the "
+              "collectives stage finds the slow rail and pairs nodes to name the one behind it",
+              {"factor": Param(float, 0.1, 0.01, 0.9)}),
     FaultKind("rank_hang", "rank", "node", "collectives", "watchdog",
               "one rank stops inside a collective; the watchdog names its host and rank",
               {"local_rank": Param(int, 0, 0, 15), "after_ops": Param(int, 2, 0, 1000)}),

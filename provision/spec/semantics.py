@@ -99,11 +99,6 @@ def _refuse_unread_keys(spec: ClusterSpec, problems: list[Problem]) -> None:
         if "nvlink_errors" in given:
             problems.append(Problem(("burnin", "thresholds", "nvlink_errors"), f"{NOT_YET}: no check reads the "
                                     "NVLink error counters (nvidia-smi nvlink -e) yet", "remove the key"))
-        if "rail_busbw_gbps" in given:
-            problems.append(Problem(("burnin", "thresholds", "rail_busbw_gbps"), f"{NOT_YET}: per-rail bus "
-                                    "bandwidth is measured and reported, not yet judged (slow rails are found by the "
-                                    "pairs stage's ib_write_bw threshold)", "remove the key, or set "
-                                    "ib_write_bw_gbps"))
         if spec.burnin.repetitions != 1:
             problems.append(Problem(("burnin", "repetitions"), f"{NOT_YET}: each stage runs its measurements "
                                     "once (the collectives stage repeats a suspect run by itself)",
@@ -357,6 +352,12 @@ def _check_faults(spec: ClusterSpec, nodes: dict[str, ResolvedNode], problems: l
             bridges = [device.bdf for device in describe(node.name, profile, 0).devices if device.has_acs]
             if fault.target not in bridges:
                 problem = f"has no ACS-capable bridge {fault.target}"
+        if problem is None and kind.layer == "rank" and kind.target == "hca" and spec.burnin is not None:
+            hca = fault.target or min(profile.rails, key=profile.rails.__getitem__)  # the injector's default
+            ranks = spec.burnin.ranks_per_node or profile.gpu.count
+            if profile.rails[hca] >= ranks:  # its rail's rank is never started: the fault could not act
+                problem = (f"{hca} is the rail of GPU {profile.rails[hca]}, but the burn-in starts {ranks} rank(s) "
+                           "a node (burnin.ranks_per_node): no test would use it")
         if problem is not None:
             problems.append(Problem((*path, "target") if fault.target else path, f"{node.name}: {problem}"))
 

@@ -18,6 +18,9 @@ DEFAULT_MEMORY_EFFICIENCY = 0.80
 DEFAULT_INTRANODE_FRACTION = 0.85  # of the measured 8-GPU ring all-reduce busbw
 DEFAULT_IB_WRITE_FRACTION = 0.90  # "happy above 360 Gb/s" on NDR
 DEFAULT_RAIL_BUSBW_FRACTION = 0.80  # nccl-tests: below 80% of the link at large sizes is a problem
+#: Rails of one fabric measured together agree within a few percent on GPUs; a port trained or retrying down to
+#: half its rate gives 0.5. 0.7 leaves room for the noise of CPU workers sharing cores (the simulated cluster).
+DEFAULT_RAIL_PEER_FRACTION = 0.70
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ def effective_thresholds(
             link_gbps / 8 * DEFAULT_RAIL_BUSBW_FRACTION,
             f"{DEFAULT_RAIL_BUSBW_FRACTION:g} x {link_gbps / 8:g} GB/s per {fabric.link_rate} rail",
         ),
+        "rail_peer_fraction": Threshold(
+            DEFAULT_RAIL_PEER_FRACTION, "a rail below this share of the median of the node's other rails, measured "
+            "in the same launch, is slow (judged on any device)"),
         "outlier_mad": Threshold(5.0, "robust z-score (median/MAD) against the fleet, per rail and leaf"),
         "disk_usage_percent": Threshold(95.0, "cluster-health: any filesystem at 95% is an error"),
         "gpu_temperature_c": Threshold(84.0, "gcm example limit; throttling starts near 84-90 C"),

@@ -71,12 +71,39 @@ def _install(faults: list[dict]) -> None:
 
     stalls = [fault for fault in faults if fault["kind"] in ("rank_hang", "rank_slow")]
     corrupting = [fault for fault in faults if fault["kind"] == "collective_corruption"]
-    if not stalls and not corrupting:
+    ports = [fault for fault in faults if fault["kind"] == "degraded_hca_port"]
+    if not stalls and not corrupting and not ports:
         return
     calls = {"n": 0}
 
     def multi_node() -> bool:  # these faults live on the inter-node path (a lost packet, a slow NIC)
         return os.environ.get("WORLD_SIZE", "1") != os.environ.get("LOCAL_WORLD_SIZE", "1")
+
+    fastest: dict[tuple, float] = {}
+
+    def wire_delay(key: tuple, started: float, factor: float) -> None:
+        """Sleep as if this call's bytes crossed a link at ``factor`` of its speed. The delay follows the fastest
+        this call has ever completed (its own cost), never the time it spent waiting for slower peers: another
+        fault's delay must not grow this one, nor this one grow itself."""
+        fastest[key] = min(fastest.get(key, float("inf")), time.perf_counter() - started)
+        time.sleep(fastest[key] * (1 / factor - 1))
+
+    class SlowPort:
+        """The work of a collective whose data crosses a degraded port: it completes ``factor`` as fast, for
+        every member, because the bytes this rank sends arrive late. The delay is spent inside ``wait`` (on
+        the wire), not before the call is posted, so this rank does not look like a straggler: its peers and
+        it wait alike, and the rail is slow."""
+
+        def __init__(self, work, key: tuple, started: float, factor: float) -> None:
+            self._work, self._key, self._started, self._factor = work, key, started, factor
+
+        def wait(self, *args, **kwargs):
+            done = self._work.wait(*args, **kwargs)
+            wire_delay(self._key, self._started, self._factor)
+            return done
+
+        def __getattr__(self, name):
+            return getattr(self._work, name)
 
     def wrap(real):
         def collective(*args, **kwargs):
@@ -93,11 +120,19 @@ def _install(faults: list[dict]) -> None:
                 args[0].add_(0.5)  # a flipped bit on the way to the wire: the contribution, not the timing
             started = time.perf_counter()
             result = real(*args, **kwargs)
-            if result is not None and hasattr(result, "wait"):
-                result.wait()
-            for fault in stalls:
-                if fault["kind"] == "rank_slow" and _mine(fault):
-                    time.sleep((time.perf_counter() - started) * (1 / fault["factor"] - 1))
+            slow = [fault for fault in stalls if fault["kind"] == "rank_slow" and _mine(fault)]
+            if slow and result is not None and hasattr(result, "wait"):
+                result.wait()  # a slow rank: its own time, before it posts its next call
+            for fault in slow:
+                time.sleep((time.perf_counter() - started) * (1 / fault["factor"] - 1))
+            for fault in ports:
+                if not _mine(fault):
+                    continue
+                key = (real.__name__, id(kwargs.get("group")),
+                       tuple(arg.numel() for arg in args[:2] if hasattr(arg, "numel")))
+                if result is not None and hasattr(result, "wait"):
+                    return SlowPort(result, key, started, fault["factor"])
+                wire_delay(key, started, fault["factor"])  # a blocking call
             return result
         return collective
 
