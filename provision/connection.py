@@ -96,9 +96,11 @@ def become_argv(argv: list[str], *, with_password: bool) -> list[str]:
 
 
 def refused_by_sudo(stderr: str) -> str | None:
-    """sudo's own refusal line, if sudo refused (the command itself never ran)."""
-    match = SUDO_REFUSALS.search(stderr)
-    if match is None:
+    """sudo's own refusal line, if sudo refused (the command itself never ran): its last one, which says the most
+    (a wrong password ends with "sudo: 1 incorrect password attempt" after "sudo: no password was provided")."""
+    matches = list(SUDO_REFUSALS.finditer(stderr))
+    if not matches:
         return None
+    match = matches[-1]
     line = stderr[stderr.rfind("\n", 0, match.start()) + 1:].split("\n", 1)[0].strip()
     return line or match.group(0)

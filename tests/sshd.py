@@ -19,8 +19,8 @@ USER = "provision-test"
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
-def run(*command: str) -> str:
-    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=60).stdout
+def run(*command: str, input_text: str | None = None) -> str:
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=60, input=input_text).stdout
 
 
 def ensure_user() -> None:
@@ -88,10 +88,16 @@ class LoopbackSshd:
         self.known_hosts.write_text("\n".join(self.known) + "\n")
         return [SSHD, "-D", "-e", "-f", str(config)]
 
-    def connection(self, *, forks: int) -> dict[str, object]:
-        """The spec's ``connection:`` section for these hosts."""
-        return {"transport": "ssh", "user": USER, "port": self.port, "key_file": str(self.client_key),
-                "known_hosts": str(self.known_hosts), "become": False, "forks": forks, "timeout_s": 20}
+    def connection(self, *, forks: int, become_password_env: str | None = None) -> dict[str, object]:
+        """The spec's ``connection:`` section for these hosts: root through sudo with the password the variable
+        holds, when given, else no privilege at all."""
+        section: dict[str, object] = {
+            "transport": "ssh", "user": USER, "port": self.port, "key_file": str(self.client_key),
+            "known_hosts": str(self.known_hosts), "become": become_password_env is not None, "forks": forks,
+            "timeout_s": 20}
+        if become_password_env is not None:
+            section["become_password"] = {"env": become_password_env}
+        return section
 
 
 def hand_to_login_user(state: Path, hosts: list[str]) -> None:
@@ -104,6 +110,24 @@ def hand_to_login_user(state: Path, hosts: list[str]) -> None:
     for host in hosts:
         SimHost(state, host)
     run("chown", "-R", f"{USER}:{USER}", str(state / "sim"))
+
+
+def grant_sudo(state: Path, hosts: list[str], password: str) -> None:
+    """Inside each simulated host (its own /etc, seen only in its namespace): the login user may run anything
+    through sudo with its password, as on most real hosts. This machine's sudoers and shadow stay untouched."""
+    hashed = run("openssl", "passwd", "-6", "-stdin", input_text=password).strip()
+    shadow = [line for line in Path("/etc/shadow").read_text().splitlines() if not line.startswith(f"{USER}:")]
+    shadow.append(f"{USER}:{hashed}:19000:0:99999:7:::")
+    for host in hosts:
+        etc = state / "sim" / "nodes" / host / "root" / "etc"
+        (etc / "sudoers.d").mkdir(parents=True, exist_ok=True)
+        rule = etc / "sudoers.d" / USER
+        rule.write_text(f"{USER} ALL=(ALL) ALL\n")
+        (etc / "shadow").write_text("\n".join(shadow) + "\n")
+        (etc / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {host}\n")  # sudo resolves its host name
+        for path, mode in ((etc / "sudoers.d", 0o755), (rule, 0o440), (etc / "shadow", 0o640), (etc / "hosts", 0o644)):
+            os.chown(path, 0, 0)
+            path.chmod(mode)
 
 
 def stop(daemons: list[subprocess.Popen[bytes]]) -> None:

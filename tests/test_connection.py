@@ -42,6 +42,9 @@ def test_jump_host_syntax() -> None:
     ("provision is not in the sudoers file.  This incident will be reported.\n",
      "provision is not in the sudoers file.  This incident will be reported."),
     ("Sorry, try again.\nsudo: 1 incorrect password attempt\n", "sudo: 1 incorrect password attempt"),
+    # sudo 1.9.13 given one wrong password on stdin (recorded here)
+    ("Sorry, try again.\n\nsudo: no password was provided\nsudo: 1 incorrect password attempt\n",
+     "sudo: 1 incorrect password attempt"),
     ("Sorry, user provision may not run sudo on gpu-a17.\n", "Sorry, user provision may not run sudo on gpu-a17."),
     ("dmesg: read kernel buffer failed: Operation not permitted\n", None),
 ])

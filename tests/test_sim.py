@@ -99,6 +99,48 @@ def test_acs_read_clear_and_read_back_like_the_real_tools(tmp_path: Path) -> Non
     assert not any(device.acs_redirects for device in healthy)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the stand-ins as nobody through setpriv, which needs root")
+def test_an_unprivileged_user_meets_the_refusals_of_a_real_host() -> None:
+    """Ubuntu's kernel.dmesg_restrict, lspci without the capability blocks, config space and umad devices closed:
+    the stand-ins refuse a user that is not root with the real tools' words (a check must never read the
+    silence as health)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from provision.sim import cluster
+
+    work = Path(tempfile.mkdtemp(prefix="provision-nobody-", dir="/tmp"))
+    try:
+        work.chmod(0o755)
+        state, _ = bring_up(work, [{"kind": "acs_enabled", "node": "sim01"}])
+        host = SimHost(state, "sim01")
+        for directory in [work, *work.rglob("*")]:
+            if directory.is_dir():
+                directory.chmod(directory.stat().st_mode | 0o555)
+
+        def as_nobody(*command: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command],
+                                  env=cluster.environment(host.paths), capture_output=True, text=True, timeout=60,
+                                  check=False)
+
+        dmesg = as_nobody("dmesg")
+        assert dmesg.returncode == 1
+        assert dmesg.stderr.strip() == "dmesg: read kernel buffer failed: Operation not permitted"
+        devices = parse_lspci_verbose(as_nobody("lspci", "-vvv").stdout)
+        assert devices and all(device.access_denied and not device.acs_redirects for device in devices)
+        bridge = next(device for device in parse_lspci_verbose(host.run("lspci", "-vvv").stdout)
+                      if device.acs_redirects).address
+        written = as_nobody("setpci", "-s", bridge, "ECAP_ACS+0x6.w=0000")
+        assert written.returncode == 1 and "Operation not permitted" in written.stderr
+        assert host.run("setpci", "-s", bridge, "ECAP_ACS+0x6.w").stdout.strip() == "001d", "nothing was written"
+        port = as_nobody("ibportstate", "-G", "0x1", "1", "query")
+        assert port.returncode != 0 and "can't open UMAD port" in port.stderr
+        assert as_nobody("lsmod").returncode == 0  # what needs no root on a real host works
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def test_setpci_on_a_device_without_acs_fails(tmp_path: Path) -> None:
     state, _ = bring_up(tmp_path, [])
     host = SimHost(state, "sim01")

@@ -3,7 +3,9 @@ real paths (no ``hw_root``), each host an sshd started by ``provision sim shell`
 
 What the prefix presentation cannot show is checked here: the playbook's writes land in the host's ``/etc`` and
 ``/usr/local`` and never in this machine's, the reboot goes through ``/usr/sbin/shutdown``, the modules read the
-real ``/proc/modules`` and ``/sys``.
+real ``/proc/modules`` and ``/sys``. The login user is unprivileged, as on a real delivery: it meets what a real
+host refuses it (``dmesg``, ``lspci``'s capability blocks) and becomes root through sudo with a password that
+only the spec's reference names; with sudo refused, the checks that need root are unknown, never ok.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from provision.facts.nvidia_smi import parse_query_csv
 from provision.sim import namespace
 from tests.conftest import EXAMPLES, ROOT, run_cli
 from tests.simhelpers import SimHost
-from tests.sshd import SSHD, USER, LoopbackSshd, hand_to_login_user, stop, wait_listening
+from tests.sshd import SSHD, USER, LoopbackSshd, grant_sudo, hand_to_login_user, stop, wait_listening
 
 PROVISIONING = "register,provision"
+PASSWORD = "ferry-quartz-19b4"
+BECOME = "PROVISION_TEST_BECOME_PASSWORD"
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(SSHD) or namespace.unavailable() is not None,
@@ -48,17 +52,20 @@ def namespaced_cluster():
         data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
         data["nodes"]["groups"][0]["hosts"] = "sim[01-02]"
         data["nodes"]["groups"][0]["address_start"] = "127.0.0.21"
-        data["connection"] = servers.connection(forks=2)
+        data["connection"] = servers.connection(forks=2, become_password_env=BECOME)
+        data["burnin"]["stages"] = ["preflight"]  # the stages that start workers need the node runtime
         data["simulation"] = {"seed": 3, "presentation": "namespace",
                               "faults": [{"kind": "acs_enabled", "node": "sim01"},
                                          {"kind": "peermem_missing", "node": "sim01"},
-                                         {"kind": "wrong_driver", "node": "sim02"}]}
+                                         {"kind": "wrong_driver", "node": "sim02"},
+                                         {"kind": "xid", "node": "sim02", "target": "gpu3", "params": {"code": 79}}]}
         spec = work / "spec.yaml"
         spec.write_text(yaml.safe_dump(data, sort_keys=False))
         result = run_cli("sim", "up", str(spec))
         assert result.returncode == 0, result.stdout + result.stderr
         state = work / ".provision" / "sim16"
         hand_to_login_user(state, list(addresses))
+        grant_sudo(state, list(addresses), PASSWORD)
         for host, address in addresses.items():
             daemons.append(subprocess.Popen([sys.executable, "-m", "provision", "sim", "shell", str(spec), host,
                                              "--", *servers.command(host)], cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -83,15 +90,24 @@ def test_a_logged_in_user_sees_the_host_at_the_real_paths(namespaced_cluster) ->
     hostname, lspci, *rest = seen.stdout.split()
     assert (hostname, rest[-1]) == ("sim01", "sim01")
     assert lspci.startswith("/usr/") and "mlx5_0" in rest
-    acs = parse_lspci_verbose(_ssh(servers, "127.0.0.21", "lspci -vvv").stdout)
-    assert any(device.acs_redirects for device in acs), "the injected ACS fault is visible at the real path"
+    plain = parse_lspci_verbose(_ssh(servers, "127.0.0.21", "lspci -vvv").stdout)
+    assert plain and all(device.access_denied for device in plain), "a user without root reads no capability"
+    assert not any(device.acs_redirects for device in plain)
+    refused = _ssh(servers, "127.0.0.21", "dmesg")
+    assert refused.returncode == 1 and "read kernel buffer failed: Operation not permitted" in refused.stderr
+    as_root = _ssh(servers, "127.0.0.21", f"echo {PASSWORD} | sudo -S -p '' lspci -vvv")
+    assert as_root.returncode == 0, as_root.stderr
+    assert any(device.acs_redirects for device in parse_lspci_verbose(as_root.stdout)), \
+        "the injected ACS fault is visible to root at the real path"
+    wrong = _ssh(servers, "127.0.0.21", "echo not-it | sudo -S -p '' dmesg")
+    assert wrong.returncode != 0 and "incorrect password" in wrong.stderr
     refused = run_cli("sim", "shell", str(_spec), "sim01", "--", "true")
     assert refused.returncode == 2 and "already presented" in refused.stderr
 
 
 def test_apply_at_the_real_paths_converges_the_hosts(namespaced_cluster) -> None:
     spec, state, _servers = namespaced_cluster
-    result = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600)
+    result = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600, env={BECOME: PASSWORD})
     assert result.returncode == 0, result.stdout + result.stderr
     record = Path(json.loads(result.stdout)["run_dir"])
     host_vars = yaml.safe_load((record / "inventory.yml").read_text().split("\n", 1)[1])["all"]["hosts"]
@@ -114,7 +130,36 @@ def test_apply_at_the_real_paths_converges_the_hosts(namespaced_cluster) -> None
 
 def test_a_second_apply_at_the_real_paths_changes_nothing(namespaced_cluster) -> None:
     spec, _state, _servers = namespaced_cluster
-    result = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600)
+    result = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600, env={BECOME: PASSWORD})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads((Path(json.loads(result.stdout)["run_dir"]) / "provision.json").read_text())
     assert {row["host"]: row["changed"] for row in rows} == {"sim01": 0, "sim02": 0}
+
+
+def test_with_sudo_refused_the_root_checks_are_unknown_and_nobody_is_admitted(namespaced_cluster) -> None:
+    spec, _state, _servers = namespaced_cluster
+    result = run_cli("burnin", str(spec), "--json", timeout=300, env={BECOME: "not-" + PASSWORD})
+    assert result.returncode == 1, result.stdout + result.stderr
+    payload = json.loads(result.stdout)
+    # refused everywhere is the login's fault, not the nodes': a systemic stop, nobody admitted nor quarantined
+    assert {row["node"]: row["state"] for row in payload["nodes"]} == {"sim01": "burning-in", "sim02": "burning-in"}
+    assert "looks systemic" in json.dumps(payload), payload
+    verdicts = json.loads((Path(payload["run_dir"]) / "burnin-preflight.json").read_text())
+    for verdict in verdicts:
+        outcomes = {result["check"]: result for result in verdict["results"]}
+        for check in ("xid", "kernel_log", "acs", "pcie_link"):  # dmesg and lspci -vvv need root
+            assert outcomes[check]["outcome"] == "unknown", (verdict["node"], outcomes[check])
+            assert "needs root: sudo:" in outcomes[check]["message"] and "incorrect password" in \
+                outcomes[check]["message"], outcomes[check]
+        assert outcomes["gpu_count"]["outcome"] == "ok"  # nvidia-smi needs no root: judged as usual
+    assert PASSWORD not in result.stdout + result.stderr
+
+
+def test_with_sudo_the_root_only_kernel_log_fault_is_caught(namespaced_cluster) -> None:
+    spec, _state, _servers = namespaced_cluster
+    result = run_cli("burnin", str(spec), "--json", timeout=300, env={BECOME: PASSWORD})
+    assert result.returncode == 1, result.stdout + result.stderr
+    nodes = {row["node"]: row for row in json.loads(result.stdout)["nodes"]}
+    assert nodes["sim01"]["state"] == "admitted", nodes["sim01"]
+    assert nodes["sim02"]["state"] == "quarantined" and nodes["sim02"]["check"] == "xid", nodes["sim02"]
+    assert "79" in nodes["sim02"]["reason"]

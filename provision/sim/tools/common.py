@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import NoReturn
 
 
@@ -18,3 +19,9 @@ def not_simulated(tool: str, detail: str = "") -> NoReturn:
     """An option or command the simulator does not model must fail loudly, never succeed silently."""
     suffix = f" {detail}" if detail else ""
     raise ToolError(f"not simulated: {tool}{suffix}", 64)
+
+
+def privileged() -> bool:
+    """Whether the stand-in runs as root. A simulated host refuses an unprivileged user what a real one refuses
+    (kernel.dmesg_restrict, config space beyond the first 64 bytes, umad devices), with the real tools' words."""
+    return os.geteuid() == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from provision.hostmodel import pciconfig
 from provision.hostmodel.pciconfig import CAP_EXP, ECAP_ACS, ECAP_AER, SPEEDS
 from provision.sim.files import replace_file
-from provision.sim.tools.common import ToolError, not_simulated
+from provision.sim.tools.common import ToolError, not_simulated, privileged
 
 VENDORS = {0x10DE: "NVIDIA Corporation", 0x15B3: "Mellanox Technologies", 0x1000: "Broadcom / LSI",
            0x8086: "Intel Corporation"}
@@ -70,6 +70,9 @@ def describe(bdf: str, directory: Path, verbosity: int, *, domains: bool) -> lis
     if bridge:
         lines.append(f"\tBus: primary={space[0x18]:02x}, secondary={space[0x19]:02x}, "
                      f"subordinate={space[0x1A]:02x}, sec-latency=0")
+    if not privileged():  # only root may read past the first 64 bytes of config space, where capabilities live
+        lines.append("\tCapabilities: <access denied>")
+        return _with_driver(lines, directory)
     caps = pciconfig.capabilities(space)
     for cap_id, offset in sorted(caps.items(), key=lambda item: item[1]):
         if cap_id == pciconfig.CAP_PM:
@@ -88,6 +91,10 @@ def describe(bdf: str, directory: Path, verbosity: int, *, domains: bool) -> lis
                 capability, control = pciconfig.read(space, offset + 4, 2), pciconfig.read(space, offset + 6, 2)
                 lines.append("\t\tACSCap:\t" + _flags(capability))
                 lines.append("\t\tACSCtl:\t" + _flags(control))
+    return _with_driver(lines, directory)
+
+
+def _with_driver(lines: list[str], directory: Path) -> list[str]:
     driver = directory / "driver"
     if driver.is_symlink():
         lines.append(f"\tKernel driver in use: {os.path.basename(os.readlink(driver))}")
@@ -158,6 +165,8 @@ def setpci(root: Path, args: list[str]) -> int:
     directory = root / "sys" / "bus" / "pci" / "devices" / bdf
     if not (directory / "config").exists():
         raise ToolError(f"setpci: Warning: No devices selected for \"{args[1]}\".", 1)
+    if not privileged():  # setpci opens the config file for writing, and reads past 64 bytes need root too
+        raise ToolError(f"setpci: Unable to open /sys/bus/pci/devices/{bdf}/config: Operation not permitted", 1)
     space = (directory / "config").read_bytes()
     for register in args[2:]:
         match = _REGISTER.match(register)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from provision.sim.files import replace_file
 from provision.sim.linkquality import fabric_dir_of
-from provision.sim.tools.common import ToolError, not_simulated
+from provision.sim.tools.common import ToolError, not_simulated, privileged
 
 DUMP = "ibnetdiscover.txt"
 STATES = "port_states.json"
@@ -40,6 +41,9 @@ def ibportstate(root: Path, args: list[str]) -> int:
         not_simulated("ibportstate", f"op {operation}")
     if not re.fullmatch(r"(?:0x)?[0-9a-fA-F]{1,16}", guid_text) or not port_text.isdigit():
         raise ToolError(f"ibportstate: bad port id {guid_text} {port_text}\n{usage}", 255)
+    if not privileged():  # the umad devices are root's
+        raise ToolError(f"ibwarn: [{os.getpid()}] mad_rpc_open_port: can't open UMAD port ((null):0)\n"
+                        "ibportstate: iberror: failed: Failed to open '(null)' port '0'", 255)
     guid, port = f"{int(guid_text, 16):016x}", int(port_text)
     directory = fabric_dir_of(root)
     with (directory / ".ports.lock").open("a") as lock:

@@ -23,7 +23,7 @@ from provision.hostmodel.pciconfig import ECAP_ACS, extended_capabilities, write
 from provision.sim import kernel_log
 from provision.sim.files import replace_file
 from provision.sim.node import ACS_STATE_KEY, RING_FILE, append_kernel_log, load_state, save_state
-from provision.sim.tools.common import ToolError, not_simulated
+from provision.sim.tools.common import ToolError, not_simulated, privileged
 
 MODULE_SIZES = {"nvidia": 62_652_416, "nvidia_uvm": 1_527_808, "nvidia_modeset": 1_314_816,
                 "nvidia_peermem": 16_384, "mlx5_core": 2_187_264, "mlx5_ib": 462_848, "ib_core": 462_848,
@@ -142,6 +142,8 @@ def lsmod(root: Path, args: list[str]) -> int:
 
 
 def dmesg(root: Path, args: list[str]) -> int:
+    if not privileged():  # Ubuntu sets kernel.dmesg_restrict=1
+        raise ToolError("dmesg: read kernel buffer failed: Operation not permitted", 1)
     human = False
     for arg in args:
         if arg in ("-T", "--ctime"):
