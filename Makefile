@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # Debian packages the test suite needs; installed by `make test` when missing.
-APT_PACKAGES ?= openssh-server openssh-client sudo chromium prometheus prometheus-node-exporter \
+APT_PACKAGES ?= openssh-server openssh-client sudo nftables chromium prometheus prometheus-node-exporter \
                 slurm-wlm munge
 
 .PHONY: install demo test test-fast fuzz lint apt-packages clean

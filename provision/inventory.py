@@ -72,6 +72,17 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
     return variables
 
 
+def runtime_vars(loaded: LoadedSpec) -> dict[str, str]:
+    """The node_runtime role's inputs (the role runs only when the spec names a runtime); the wheel it installs
+    is built per run and handed over as an extra variable."""
+    runtime = loaded.spec.software.runtime
+    if runtime is None:
+        return {}
+    wheelhouse = (loaded.path.resolve().parent / runtime.wheelhouse).expanduser() if runtime.wheelhouse else None
+    return {"node_runtime_path": runtime.path, "node_runtime_torch": runtime.torch,
+            "node_runtime_wheelhouse": str(wheelhouse or ""), "node_runtime_index_url": runtime.index_url or ""}
+
+
 def build(loaded: LoadedSpec, state_dir: Path) -> dict[str, Any]:
     spec = loaded.spec
     ofed = "doca-ofed" if spec.software.ofed.flavor == "doca" else "mlnx-ofed-all"
@@ -94,6 +105,7 @@ def build(loaded: LoadedSpec, state_dir: Path) -> dict[str, Any]:
                 "host_tuning_numa_balancing": tuning.numa_balancing,
                 "host_tuning_cpu_governor": tuning.cpu_governor,
                 "host_tuning_swap": tuning.swap,
+                **runtime_vars(loaded),
             },
             "hosts": {node.name: host_vars(loaded, node, state_dir) for node in loaded.nodes},
             "children": children,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import ansible, inventory, node_check, recovery
+from provision import ansible, inventory, node_check, recovery, runtime
 from provision.burnin.phase import BurninPhase
 from provision.errors import UsageProblem
 from provision.phases import Phase, PhaseContext, PhaseReport, SystemicFailure
@@ -116,6 +116,14 @@ class SimulatePhase:
         return PhaseReport(self.name, sim_cluster.summary(manifest), {"faults": manifest["faults"]})
 
 
+def runtime_wheel(loaded: LoadedSpec, directory: Path) -> dict[str, str]:
+    """This controller's fabric_tests wheel for the node_runtime role, when the spec names a runtime."""
+    if loaded.spec.software.runtime is None:
+        return {}
+    return {"node_runtime_wheel": str(runtime.build_wheel(directory)),
+            "node_runtime_wheel_version": runtime.wheel_version()}
+
+
 class ProvisionPhase:
     """The playbooks: every targeted host converged to the spec; a host that cannot be is quarantined with
     the failing task, and later phases skip it."""
@@ -150,7 +158,8 @@ class ProvisionPhase:
             path = inventory.write(loaded, state_dir, Path(scratch) / "inventory.yml")
             checks = node_check.write_check_files(loaded, Path(scratch) / "node-check")
             result = ansible.run_playbook(path, hosts, check=True, forks=forks,
-                                          extravars={"node_check_dir": str(checks)})
+                                          extravars={"node_check_dir": str(checks),
+                                                     **runtime_wheel(loaded, Path(scratch) / "runtime")})
         changes = {host: outcome.changes for host, outcome in result.hosts.items() if outcome.changes}
         failures = {host: f"{outcome.failed_task}: {outcome.message}" for host, outcome in result.hosts.items()
                     if not outcome.succeeded}
@@ -169,10 +178,12 @@ class ProvisionPhase:
         # play keywords (max_fail_percentage) see extra vars, not inventory vars: the budget goes here
         budget = {"provision_max_fail_percentage": context.loaded.spec.admission.max_failure_percent.provision}
         checks = node_check.write_check_files(context.loaded, context.run.path / "node-check")
+        wheel = runtime_wheel(context.loaded, context.run.path / "runtime")
 
         def play(on: list[str]) -> ansible.PlaybookResult:
             return ansible.run_playbook(path, on, forks=context.forks,
-                                        extravars={**budget, "node_check_dir": str(checks), **context.secrets},
+                                        extravars={**budget, "node_check_dir": str(checks), **wheel,
+                                                   **context.secrets},
                                         on_task=lambda host, task, outcome: context.run.event(
                                             "task", host=host, task=task, outcome=outcome))
 

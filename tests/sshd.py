@@ -7,11 +7,13 @@ this module only writes what it needs and says how to run it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,12 +124,34 @@ def grant_sudo(state: Path, hosts: list[str], password: str) -> None:
         etc = state / "sim" / "nodes" / host / "root" / "etc"
         (etc / "sudoers.d").mkdir(parents=True, exist_ok=True)
         rule = etc / "sudoers.d" / USER
-        rule.write_text(f"{USER} ALL=(ALL) ALL\n")
+        # no cached credentials: inside a host's PID namespace sudo cannot read its parent's start time (the /proc
+        # view shows only the host's own entries), so a ticket would outlive its session and let a wrong
+        # password through on the next command that reuses the PID; many sites set this anyway
+        rule.write_text(f"Defaults:{USER} timestamp_timeout=0\n{USER} ALL=(ALL) ALL\n")
         (etc / "shadow").write_text("\n".join(shadow) + "\n")
         (etc / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {host}\n")  # sudo resolves its host name
         for path, mode in ((etc / "sudoers.d", 0o755), (rule, 0o440), (etc / "shadow", 0o640), (etc / "hosts", 0o644)):
             os.chown(path, 0, 0)
             path.chmod(mode)
+
+
+@contextlib.contextmanager
+def reachable_only_through_the_bastion(addresses: list[str], port: int) -> Iterator[None]:
+    """Connections to the nodes' sshd are refused unless the login user's own process makes them, which on this
+    machine is the bastion's sshd forwarding a jump (a real site's firewall: only the bastion reaches the nodes).
+    An nftables table of its own, deleted on the way out; every address is loopback."""
+    if shutil.which("nft") is None:
+        raise AssertionError("needs nftables' nft (make test installs it)")
+    table = f"provision_test_{os.getpid()}"
+    uid = int(run("id", "-u", USER).strip())
+    run("nft", "add", "table", "inet", table)
+    run("nft", "add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; }")
+    run("nft", "add", "rule", "inet", table, "out", "ip", "daddr", "{ " + ", ".join(addresses) + " }",
+        "tcp", "dport", str(port), "meta", "skuid", "!=", str(uid), "reject", "with", "tcp", "reset")
+    try:
+        yield
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True, timeout=30, check=False)
 
 
 def stop(daemons: list[subprocess.Popen[bytes]]) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from fabric_tests.protocol import parse
 from provision import slurm
 from provision.observe import CommandResult, open_session
+from provision.runtime import node_python
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from topology import hostlist
@@ -100,7 +101,7 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
             where, nnodes = "local", 1
         else:
             where, nnodes = f"{nodes[0].address}:{base_port}", len(nodes)
-        argv = [burnin.python, "-m", "fabric_tests.agent", "--test", test, "--nproc", str(nproc),
+        argv = [node_python(loaded.spec), "-m", "fabric_tests.agent", "--test", test, "--nproc", str(nproc),
                 "--nnodes", str(nnodes), "--node-rank", str(run.node_rank), "--master", where,
                 "--deadline", f"{deadline_s:g}", *env, "--params", json.dumps(params, separators=(",", ":"))]
         try:
@@ -129,7 +130,7 @@ def launch_srun(loaded: LoadedSpec, nodes: list[ResolvedNode], *, test: str, npr
     outlives them."""
     names = [node.name for node in nodes]
     ranks = {name: 0 if separate else index for index, name in enumerate(names)}
-    agent = [loaded.spec.burnin.python, "-m", "fabric_tests.agent", "--test", test, "--nproc", str(nproc),
+    agent = [node_python(loaded.spec), "-m", "fabric_tests.agent", "--test", test, "--nproc", str(nproc),
              "--nnodes", "1" if separate else str(len(nodes)), "--node-ranks", json.dumps(ranks), "--master", master,
              "--deadline", f"{deadline_s:g}", *env, "--params", json.dumps(params, separators=(",", ":"))]
     job = f"provision-{test}-{secrets.token_hex(3)}"

@@ -266,10 +266,12 @@ class RailsSystemic(RuntimeError):
 
 
 def judge_launch_rails(result: LaunchResult, limits: dict[str, float]) -> dict[int, rails.RailJudgement]:
-    """Every rail of one launch, against its peers and, on GPUs, against ``rail_busbw_gbps``."""
-    records = [record for run in result.nodes for record in run.of("result")]
-    return rails.judge_rails(bus_bandwidth(result), peer_fraction=limits["rail_peer_fraction"],
-                             floor_gbps=limits["rail_busbw_gbps"] if on_gpu(records) else None)
+    """Every rail of one launch, against its peers and, on GPUs, against ``rail_busbw_gbps``. CPU workers share
+    cores, so there a rail is called slow only below :data:`rails.CPU_PEER_FRACTION` of its peers."""
+    gpu = on_gpu([record for run in result.nodes for record in run.of("result")])
+    fraction = limits["rail_peer_fraction"] if gpu else min(limits["rail_peer_fraction"], rails.CPU_PEER_FRACTION)
+    return rails.judge_rails(bus_bandwidth(result), peer_fraction=fraction,
+                             floor_gbps=limits["rail_busbw_gbps"] if gpu else None)
 
 
 def locate_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int,

@@ -1,10 +1,13 @@
-"""The preflight stage: every node's checks at once, nodes in parallel, one session per node."""
+"""The preflight stage: every node's checks at once, nodes in parallel, one session per node; and the runtime
+check that comes before every stage that starts workers on the nodes."""
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from provision import runtime
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks import preflight
 from provision.checks.outcome import CheckResult, Outcome
@@ -37,3 +40,39 @@ def run_preflight(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path
 
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(nodes)))) as pool:
         return list(pool.map(one, nodes))
+
+
+def runtime_of(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> CheckResult:
+    """``runtime/version`` on one node: its runtime's own description against what this controller installs."""
+    python = runtime.node_python(loaded.spec)
+    pins = loaded.spec.software.runtime
+    assert pins is not None
+    judged = functools.partial(runtime.judge_runtime, python=python, torch=pins.torch,
+                               fabric_tests_version=runtime.wheel_version())
+    try:
+        session = open_session(loaded, node, state_dir)
+    except Exception as error:
+        return CheckResult("runtime/version", Outcome.UNKNOWN, f"cannot open a session: {type(error).__name__}: "
+                           f"{error}", "check that the host is up and reachable over SSH")
+    try:
+        result = session.run(runtime.probe_argv(python), COMMAND_TIMEOUT_S)
+    finally:
+        session.close()
+    if not result.ok:
+        return judged(None, result.problem())
+    try:
+        return judged(runtime.parse_runtime(result.stdout), "")
+    except ValueError as error:
+        return judged(None, f"{error}: {result.stdout.strip()[-200:]!r}")
+
+
+def check_runtimes(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, stage: str,
+                   forks: int) -> dict[str, NodeVerdict]:
+    """Before a stage starts workers: the nodes whose runtime is missing or not this controller's, each failed at
+    ``stage`` with ``runtime/version`` (never a traceback from an agent). Empty when the spec names no runtime."""
+    if loaded.spec.software.runtime is None or not nodes:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(nodes)))) as pool:
+        results = list(pool.map(lambda node: runtime_of(loaded, node, state_dir), nodes))
+    return {node.name: judge(loaded.spec.admission, node.name, stage, [result])
+            for node, result in zip(nodes, results, strict=True) if result.outcome is not Outcome.OK}

@@ -31,6 +31,7 @@ from provision.checks.outcome import CheckResult, Outcome
 from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
 from provision.ib_fabric import design_fabric
 from provision.observe import open_session
+from provision.runtime import node_python
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds
@@ -146,7 +147,7 @@ class PairRunner:
 
     def _run_host(self, host_legs: tuple[str, list[dict[str, Any]]]) -> dict[tuple[str, str], dict[str, Any]] | str:
         host, legs = host_legs
-        argv = [self.loaded.spec.burnin.python, "-m", "fabric_tests.perftest", "--deadline", f"{ROUND_DEADLINE_S:g}",
+        argv = [node_python(self.loaded.spec), "-m", "fabric_tests.perftest", "--deadline", f"{ROUND_DEADLINE_S:g}",
                 "--legs", json.dumps(legs, separators=(",", ":"))]
         try:
             session = open_session(self.loaded, self.nodes[host], self.state_dir)

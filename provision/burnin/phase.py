@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from provision import slurm
 from provision.burnin import multinode, pairs, training
 from provision.burnin.launch import free_port, run_seed
-from provision.burnin.node_checks import run_preflight
+from provision.burnin.node_checks import check_runtimes, run_preflight
 from provision.burnin.verdict import NodeVerdict
 from provision.capacity import capacity
 from provision.phases import PhaseContext, PhaseReport, SystemicFailure
@@ -162,7 +162,10 @@ class BurninPhase:
             for node in due:
                 store.transition(node.name, NodeState.BURNING_IN, run_id=run.id, stage=stage)
             run.event("burnin.stage.started", stage=stage, nodes=[node.name for node in due])
-            stage_verdicts = STAGES[stage](context, due)
+            lacking = {} if stage == "preflight" else check_runtimes(loaded, due, store.state_dir, stage,
+                                                                     context.forks)
+            ready = [node for node in due if node.name not in lacking]
+            stage_verdicts = [*lacking.values(), *(STAGES[stage](context, ready) if ready else [])]
             self._record(context, stage, stage_verdicts)
             failing = [verdict for verdict in stage_verdicts if not verdict.passed]
             if failing and len(failing) * 100 > budget * len(taken) and len(failing) > 1:

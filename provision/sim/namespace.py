@@ -11,8 +11,8 @@ the host's:
   kernel release, NUMA balancing, boot id) and this machine's procfs for the rest (``self``, ``mounts``...).
   Links, not bind mounts, because the simulator replaces files by renaming a new one over them, and a
   bind mount of a file would keep showing the old one;
-- ``/etc`` and ``/usr/local`` are overlays whose upper layer is the host's own ``etc`` and ``usr/local``,
-  so what a playbook writes there lands in the host and this machine's files stay untouched;
+- ``/etc``, ``/usr/local``, ``/opt`` and ``/var`` are overlays whose upper layer is the host's own tree, so
+  what a playbook writes there lands in the host and this machine's files stay untouched;
 - ``/usr/bin`` and ``/usr/sbin`` are overlays with the host's stand-ins on top, so ``nvidia-smi``,
   ``modprobe`` and ``/usr/sbin/shutdown`` are the host's whatever the PATH;
 - the hostname is the host's.
@@ -21,9 +21,10 @@ The host's processes share a PID namespace, so they all end with the first one. 
 (``provision sim shell``, or an sshd the playbooks then reach over SSH with no
 ``hw_root`` at all) sees one simulated host as a real one. It needs root (mounts), util-linux
 ``unshare`` and overlayfs. Limits, stated rather than hidden: ``/proc/<pid>`` of other processes is not
-shown (``/proc/self`` is); ``python3`` is this machine's, without the burn-in's torch, so burn-in stages
-that start workers are rehearsed in the prefix presentation; one namespace per host at a time, because
-an overlay's upper layer belongs to one mount.
+shown (``/proc/self`` is); ``python3`` is this machine's, without torch: the burn-in's stages that start
+workers need the node runtime (``software.runtime``, installed by the node_runtime role), and the rank-layer
+faults, which live in the simulated node's ``python3``, act in the prefix presentation only; one namespace
+per host at a time, because an overlay's upper layer belongs to one mount.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ HOST_PROC: dict[str, dict | None] = {
     "modules": None, "swaps": None, "cmdline": None, "driver": None,
     "sys": {"kernel": {"osrelease": None, "numa_balancing": None, "random": {"boot_id": None}}},
 }
+
+
+#: Trees a playbook writes in: overlays whose upper layer is the host's own (the node runtime lives in /opt and
+#: its wheels in /var/cache), so nothing lands on this machine.
+OVERLAID = ("etc", "usr/local", "opt", "var")
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ def prepare(state_dir: Path, host: str) -> Layout:
     # python3 stays this machine's: it is what Ansible's modules run under on a real host
     write_stand_ins(layout.stand_ins, shlex.quote(str(root)), node_python=False)
     owner = root.stat()
-    for directory in ("proc/driver", "etc", "usr/local"):  # /proc/driver is on every real host, driver or not
+    for directory in ("proc/driver", *OVERLAID):  # /proc/driver is on every real host, driver or not
         if not (root / directory).is_dir():
             (root / directory).mkdir(parents=True)
             os.chown(root / directory, owner.st_uid, owner.st_gid)  # the host's tools write there as its owner
@@ -126,7 +132,7 @@ def mount_script(layout: Layout) -> str:
         f"mount -t proc proc {q(str(layout.machine_proc))}",  # this namespace's processes
         f"mount --bind {q(str(layout.proc_view))} /proc",
     ]
-    for tree in ("etc", "usr/local"):
+    for tree in OVERLAID:
         work = ns / f"work-{tree.replace('/', '-')}"
         lines += [f"rm -rf {q(str(work))}", f"mkdir -p {q(str(work))}",
                   f"mount -t overlay overlay -o lowerdir=/{tree},upperdir={q(str(root / tree))},"

@@ -147,6 +147,24 @@ class OfedPin(Strict):
     version: Version
 
 
+class NodeRuntime(Strict):
+    """The burn-in's Python on every node: a virtualenv at ``path`` with the pinned torch and this controller's
+    ``fabric_tests`` (built as a wheel at provisioning), installed by the node_runtime role. Wheels come from
+    ``wheelhouse`` (a folder on the controller, copied to each node: air-gapped sites) or ``index_url`` (a package
+    index the nodes reach, e.g. PyTorch's CUDA index on GPU hosts)."""
+
+    path: Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]+$")] = "/opt/provision/runtime"
+    torch: Version
+    wheelhouse: Path | None = None
+    index_url: Annotated[str, StringConstraints(pattern=r"^(https?|file)://\S+$")] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> NodeRuntime:
+        if (self.wheelhouse is None) == (self.index_url is None):
+            raise ValueError("give exactly one of wheelhouse: (a folder of wheels) or index_url: (a package index)")
+        return self
+
+
 class SoftwarePins(Strict):
     gpu_driver: Version
     ofed: OfedPin
@@ -155,6 +173,7 @@ class SoftwarePins(Strict):
     fabric_manager: Version | None = None
     kernel: Version | None = None
     nccl: Version | None = None
+    runtime: NodeRuntime | None = None
 
 
 class PcieAcsPolicy(Strict):

@@ -14,7 +14,7 @@ from pathlib import Path
 from provision.hostmodel.devices import describe
 from provision.spec.faults import CATALOG, resolve_params, target_problem
 from provision.spec.issues import did_you_mean
-from provision.spec.model import ClusterSpec
+from provision.spec.model import ClusterSpec, NodeRuntime
 from provision.spec.source import Path_
 from topology import hostlist
 from topology.design import DesignError, FabricDimensions, FabricParameters, dimension
@@ -311,6 +311,29 @@ def _check_paths(spec: ClusterSpec, spec_dir: Path, problems: list[Problem]) -> 
     for path, value in candidates:
         if value is not None and not (spec_dir / value).expanduser().is_file():
             problems.append(Problem(path, f"file {str(value)!r} not found (relative to the spec's folder)"))
+    runtime = spec.software.runtime if spec.software is not None else None
+    if runtime is not None:
+        _check_runtime(spec, runtime, spec_dir, problems)
+
+
+def _check_runtime(spec: ClusterSpec, runtime: NodeRuntime, spec_dir: Path, problems: list[Problem]) -> None:
+    """The node runtime names the nodes' Python (burnin.python must not name another) and, with a wheelhouse,
+    its pinned torch must be in it: found now rather than by a failed install on every node."""
+    if spec.burnin is not None and "python" in spec.burnin.model_fields_set:
+        problems.append(Problem(("burnin", "python"), "software.runtime installs the nodes' Python at "
+                                f"{runtime.path}/bin/python, and the burn-in uses it", "remove burnin.python"))
+    if runtime.wheelhouse is None:
+        return
+    folder = (spec_dir / runtime.wheelhouse).expanduser()
+    where = ("software", "runtime", "wheelhouse")
+    if not folder.is_dir():
+        problems.append(Problem(where, f"folder {str(runtime.wheelhouse)!r} not found (relative to the spec's "
+                                "folder)", "fill it with: pip download torch==VERSION -d FOLDER"))
+    elif not any(wheel.name.split("-")[1].split("+")[0] == runtime.torch for wheel in folder.glob("torch-*.whl")):
+        found = sorted(wheel.name for wheel in folder.glob("torch-*.whl"))
+        problems.append(Problem(where, f"no torch {runtime.torch} wheel in {folder} (found: "
+                                f"{', '.join(found) or 'no torch wheel'})",
+                                f"pip download torch=={runtime.torch} -d {runtime.wheelhouse}"))
 
 
 def _check_faults(spec: ClusterSpec, nodes: dict[str, ResolvedNode], problems: list[Problem]) -> None:
