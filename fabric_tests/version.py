@@ -24,11 +24,9 @@ def describe() -> dict[str, str | None]:
         torch_version: str | None = str(torch.__version__)
     except ImportError:
         torch_version = None
-    try:
-        import numpy
-
-        numpy_version: str | None = str(numpy.__version__)
-    except ImportError:
+    try:  # torch hands tensors to numpy when it is there; the metadata says whether it is, without importing it
+        numpy_version: str | None = metadata.version("numpy")
+    except metadata.PackageNotFoundError:
         numpy_version = None
     return {"fabric_tests": ours, "torch": torch_version, "numpy": numpy_version, "python": sys.executable}
 

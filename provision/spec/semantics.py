@@ -331,7 +331,7 @@ def _check_runtime(spec: ClusterSpec, runtime: NodeRuntime, spec_dir: Path, prob
                                 "folder)", "fill it with: pip download torch==VERSION -d FOLDER"))
     elif not any(wheel.name.split("-")[1].split("+")[0] == runtime.torch for wheel in folder.glob("torch-*.whl")):
         found = sorted(wheel.name for wheel in folder.glob("torch-*.whl"))
-        problems.append(Problem(where, f"no torch {runtime.torch} wheel in {folder} (found: "
+        problems.append(Problem(where, f"no torch {runtime.torch} wheel in {str(runtime.wheelhouse)!r} (found: "
                                 f"{', '.join(found) or 'no torch wheel'})",
                                 f"pip download torch=={runtime.torch} -d {runtime.wheelhouse}"))
 
