@@ -154,12 +154,15 @@ def reachable_only_through_the_bastion(addresses: list[str], port: int) -> Itera
         subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True, timeout=30, check=False)
 
 
-def stop(daemons: list[subprocess.Popen[bytes]]) -> None:
+def stop(daemons: list[subprocess.Popen[bytes]], grace_s: float = 3.0) -> None:
+    """Terminate every daemon, give them ``grace_s`` together, then kill what is left (a host's namespace, whose
+    ``unshare`` parent does not end on SIGTERM, was waited on for 10 s each)."""
     for daemon in daemons:
         daemon.terminate()
+    deadline = time.monotonic() + grace_s
     for daemon in daemons:
         try:
-            daemon.wait(timeout=10)
+            daemon.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait(timeout=10)
