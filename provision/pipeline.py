@@ -120,8 +120,8 @@ def runtime_wheel(loaded: LoadedSpec, directory: Path) -> dict[str, str]:
     """This controller's fabric_tests wheel for the node_runtime role, when the spec names a runtime."""
     if loaded.spec.software.runtime is None:
         return {}
-    return {"node_runtime_wheel": str(runtime.build_wheel(directory)),
-            "node_runtime_wheel_version": runtime.wheel_version()}
+    version = runtime.wheel_version()
+    return {"node_runtime_wheel": str(runtime.build_wheel(directory, version)), "node_runtime_wheel_version": version}
 
 
 class ProvisionPhase:

@@ -49,10 +49,10 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def build_wheel(directory: Path) -> Path:
+def build_wheel(directory: Path, version: str | None = None) -> Path:
     """``fabric_tests`` as a pure-Python wheel in ``directory`` (no build backend needed: a wheel is a zip with
-    its metadata and a RECORD of hashes)."""
-    version = wheel_version()
+    its metadata and a RECORD of hashes), at ``version`` when the caller has it already."""
+    version = version or wheel_version()
     name = DISTRIBUTION.replace("-", "_")
     info = f"{name}-{version}.dist-info"
     files: dict[str, bytes] = {f"fabric_tests/{path.name}": path.read_bytes() for path in sources()}

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from provision.burnin import rails
 from provision.burnin.isolation import Isolation, isolate, lower_bound
@@ -25,6 +26,7 @@ from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds
 
 NODE_DEADLINE_S = 300.0
+Verdict = TypeVar("Verdict")
 
 
 def stage_limits(loaded: LoadedSpec, node: ResolvedNode) -> dict[str, float]:
@@ -234,31 +236,49 @@ class CollectivesUnresolved(RuntimeError):
     """The collectives returned wrong results and group testing confirmed no node as the cause."""
 
 
+class GroupRounds:
+    """Rounds of re-tests on groups of nodes, for the searches that find a culprit the first run cannot name:
+    the groups of a round launched at once, each its own world on its own port, each launch's logs kept in
+    ``<label>-<n>`` and its result turned into the search's verdict by ``verdict``."""
+
+    def __init__(self, loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int,
+                 params: dict[str, Any], *, port: int, evidence_dir: Path, label: str) -> None:
+        self.loaded, self.state_dir, self.nproc, self.params = loaded, state_dir, nproc, params
+        self.by_name = {node.name: node for node in nodes}
+        self.port, self.evidence_dir, self.label = port, evidence_dir, label
+        self.deadline = max(60.0, 5 * params["timeout_s"])
+        self.launched = 0
+
+    def run(self, groups: list[list[str]], verdict: Callable[[LaunchResult], Verdict]) -> list[Verdict]:
+        first = self.launched
+
+        def one(index_group: tuple[int, list[str]]) -> Verdict:
+            index, group = index_group
+            result = launch(self.loaded, self.state_dir, [self.by_name[name] for name in group], test="collectives",
+                            nproc=self.nproc, params=self.params, deadline_s=self.deadline,
+                            port=self.port + first + index)
+            keep_logs(result, self.evidence_dir / f"{self.label}-{first + index + 1}")
+            return verdict(result)
+
+        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+            verdicts = list(pool.map(one, enumerate(groups)))
+        self.launched += len(groups)
+        return verdicts
+
+
 def isolate_wrong_results(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int, *,
                           port: int, evidence_dir: Path) -> Isolation:
     """Which nodes make the collectives' sums wrong: group testing with the cheapest test that shows it (one
     all_reduce of the smallest size), the groups of a round launched in parallel, each its own world."""
-    by_name = {node.name: node for node in nodes}
     params = {**collective_params(loaded), "ops": ["all_reduce"],
               "sizes": [min(loaded.spec.burnin.workload.collective_sizes)], "warmup": 0, "iters": 1}
-    deadline = max(60.0, 5 * params["timeout_s"])
-    launched = {"n": 0}
+    rounds = GroupRounds(loaded, state_dir, nodes, nproc, params, port=port, evidence_dir=evidence_dir,
+                         label="isolation")
 
-    def run_round(groups: list[list[str]]) -> list[bool]:
-        def one(index_group: tuple[int, list[str]]) -> bool:
-            index, group = index_group
-            result = launch(loaded, state_dir, [by_name[name] for name in group], test="collectives", nproc=nproc,
-                            params=params, deadline_s=deadline, port=port + launched["n"] + index)
-            keep_logs(result, evidence_dir / f"isolation-{launched['n'] + index + 1}")
-            return bool(wrong_results(result) or stopped_ranks(result)
-                        or any(run.unfinished for run in result.nodes))
+    def failed(result: LaunchResult) -> bool:
+        return bool(wrong_results(result) or stopped_ranks(result) or any(run.unfinished for run in result.nodes))
 
-        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
-            failed = list(pool.map(one, enumerate(groups)))
-        launched["n"] += len(groups)
-        return failed
-
-    return isolate([node.name for node in nodes], run_round, min_group=2)
+    return isolate([node.name for node in nodes], lambda groups: rounds.run(groups, failed), min_group=2)
 
 
 class RailsSystemic(RuntimeError):
@@ -277,30 +297,18 @@ def judge_launch_rails(result: LaunchResult, limits: dict[str, float]) -> dict[i
 def locate_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int,
                       slow_rails: list[int], *, port: int, evidence_dir: Path) -> rails.RailAttribution:
     """Which nodes make ``slow_rails`` slow: pairs measured at once, rails only (see :mod:`provision.burnin.rails`)."""
-    by_name = {node.name: node for node in nodes}
-    params = {**collective_params(loaded), "scopes": ["rails"]}
     limits = stage_limits(loaded, nodes[0])
-    deadline = max(60.0, 5 * params["timeout_s"])
-    launched = {"n": 0}
+    rounds = GroupRounds(loaded, state_dir, nodes, nproc, {**collective_params(loaded), "scopes": ["rails"]},
+                         port=port, evidence_dir=evidence_dir, label="rails")
 
-    def run_round(groups: list[list[str]]) -> list[dict[int, rails.RailJudgement]]:
-        def one(index_group: tuple[int, list[str]]) -> dict[int, rails.RailJudgement]:
-            index, group = index_group
-            result = launch(loaded, state_dir, [by_name[name] for name in group], test="collectives", nproc=nproc,
-                            params=params, deadline_s=deadline, port=port + launched["n"] + index)
-            keep_logs(result, evidence_dir / f"rails-{launched['n'] + index + 1}")
-            if stopped_ranks(result) or any(run.unfinished for run in result.nodes) or wrong_results(result):
-                # a pair that could not measure proves nothing healthy: judged slow on every rail asked about
-                return {rail: rails.RailJudgement(rail, None, 0.0, 0, True, "the pair's test did not finish")
-                        for rail in slow_rails}
-            return judge_launch_rails(result, limits)
+    def judged(result: LaunchResult) -> dict[int, rails.RailJudgement]:
+        if stopped_ranks(result) or any(run.unfinished for run in result.nodes) or wrong_results(result):
+            # a pair that could not measure proves nothing healthy: judged slow on every rail asked about
+            return {rail: rails.RailJudgement(rail, None, 0.0, 0, True, "the pair's test did not finish")
+                    for rail in slow_rails}
+        return judge_launch_rails(result, limits)
 
-        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
-            judged = list(pool.map(one, enumerate(groups)))
-        launched["n"] += len(groups)
-        return judged
-
-    return rails.attribute([node.name for node in nodes], slow_rails, run_round)
+    return rails.attribute([node.name for node in nodes], slow_rails, lambda groups: rounds.run(groups, judged))
 
 
 def rail_names(loaded: LoadedSpec, node: ResolvedNode) -> dict[int, str]:

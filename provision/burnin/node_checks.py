@@ -42,13 +42,13 @@ def run_preflight(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path
         return list(pool.map(one, nodes))
 
 
-def runtime_of(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> CheckResult:
+def runtime_of(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, fabric_tests_version: str) -> CheckResult:
     """``runtime/version`` on one node: its runtime's own description against what this controller installs."""
     python = runtime.node_python(loaded.spec)
     pins = loaded.spec.software.runtime
     assert pins is not None
     judged = functools.partial(runtime.judge_runtime, python=python, torch=pins.torch,
-                               fabric_tests_version=runtime.wheel_version())
+                               fabric_tests_version=fabric_tests_version)
     try:
         session = open_session(loaded, node, state_dir)
     except Exception as error:
@@ -72,7 +72,8 @@ def check_runtimes(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pat
     ``stage`` with ``runtime/version`` (never a traceback from an agent). Empty when the spec names no runtime."""
     if loaded.spec.software.runtime is None or not nodes:
         return {}
+    version = runtime.wheel_version()  # the sources hashed once, not once per node
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(nodes)))) as pool:
-        results = list(pool.map(lambda node: runtime_of(loaded, node, state_dir), nodes))
+        results = list(pool.map(lambda node: runtime_of(loaded, node, state_dir, version), nodes))
     return {node.name: judge(loaded.spec.admission, node.name, stage, [result])
             for node, result in zip(nodes, results, strict=True) if result.outcome is not Outcome.OK}
