@@ -12,6 +12,11 @@ import json
 import os
 import time
 
+#: The simulated wire a healthy rail's bytes cross (gloo on loopback CPU workers): the floor of a degraded
+#: port's delay.
+WIRE_LATENCY_S = 1e-3
+WIRE_BYTES_PER_S = 50e6
+
 
 def _faults() -> list[dict]:
     root = os.environ.get("PROVISION_SIM_ROOT")
@@ -84,9 +89,12 @@ def _install(faults: list[dict]) -> None:
     def wire_delay(key: tuple, started: float, factor: float) -> None:
         """Sleep as if this call's bytes crossed a link at ``factor`` of its speed. The delay follows the fastest
         this call has ever completed (its own cost), never the time it spent waiting for slower peers: another
-        fault's delay must not grow this one, nor this one grow itself."""
+        fault's delay must not grow this one, nor this one grow itself. Its floor is the simulated wire's own
+        time for those bytes: the fastest completion can be a bare last hop (the peers already waiting), and a
+        delay built on that alone was lost in the noise of a loaded machine (a degraded pair measured healthy)."""
         fastest[key] = min(fastest.get(key, float("inf")), time.perf_counter() - started)
-        time.sleep(fastest[key] * (1 / factor - 1))
+        wire = WIRE_LATENCY_S + key[-1] / WIRE_BYTES_PER_S
+        time.sleep(max(fastest[key], wire) * (1 / factor - 1))
 
     class SlowPort:
         """The work of a collective whose data crosses a degraded port: it completes ``factor`` as fast, for
@@ -129,7 +137,8 @@ def _install(faults: list[dict]) -> None:
                 if not _mine(fault):
                     continue
                 key = (real.__name__, id(kwargs.get("group")),
-                       tuple(arg.numel() for arg in args[:2] if hasattr(arg, "numel")))
+                       max((arg.numel() * arg.element_size() for arg in args[:2] if hasattr(arg, "numel")),
+                           default=0))
                 if result is not None and hasattr(result, "wait"):
                     return SlowPort(result, key, started, fault["factor"])
                 wire_delay(key, started, fault["factor"])  # a blocking call
