@@ -121,11 +121,15 @@ def test_a_straggler_repeat_moves_rank_0_to_a_host_not_under_suspicion(tmp_path:
             orders.append([node.name for node in nodes])
             runs = []
             for index, node in enumerate(nodes):
-                records = [{"type": "agent", "workers": {str(local): {"killed": False} for local in range(nproc)}},
-                           {"type": "result", "device": "cpu", "rank": index * nproc,
-                            "outside_s": 5.0 if node.name == slow or (slow is None and index == 0) else 1.0}]
-                records += [{"type": "result", "device": "cpu", "rank": index * nproc + local, "outside_s": 1.0}
-                            for local in range(1, nproc)]
+                records = [{"type": "agent", "workers": {str(local): {"killed": False} for local in range(nproc)}}]
+                for local in range(nproc):
+                    rank = index * nproc + local
+                    slowed = local == 0 and (node.name == slow or (slow is None and index == 0))
+                    records.append({"type": "result", "device": "cpu", "rank": rank, "local_rank": local,
+                                    "outside_s": 5.0 if slowed else 1.0})
+                    records += [{"type": "measurement", "rank": rank, "scope": scope, "op": op, "bytes": size,
+                                 "ranks": 2, "time_us": 10.0, "correct": True} for scope in ("all", "rail")
+                                for op in params["ops"] for size in params["sizes"]]
                 runs.append(NodeRun(node.name, index, records=records))
             return LaunchResult(test, runs, nproc)
         return launch

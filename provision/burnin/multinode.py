@@ -9,6 +9,7 @@ a GPU against its node-mates, a rank against the fleet, a result against the kno
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,22 +37,28 @@ def stage_limits(loaded: LoadedSpec, node: ResolvedNode) -> dict[str, float]:
 
 
 def unfinished_workers(run: NodeRun, expected: int) -> list[str]:
-    """Why some of this node's workers gave no result (connection, error, killed), one line each."""
+    """Why some of this node's workers gave no result (connection, killed, exited without a word, error), one
+    line each, the likeliest cause first: a worker that stopped or vanished, then errors of its own, then the
+    errors that are only the :data:`CONSEQUENCE` of another's (its peers timing out)."""
     if run.connect_error:
         return [f"cannot reach the node: {run.connect_error}"]
     reported = {record["local_rank"] for record in run.of("result")}
+    errored = {record["local_rank"] for record in run.of("error")}
     problems = []
+    killed: set[int] = set()
     agent = run.agent
     if agent is None:
         problems.append(f"the test agent did not report ({run.command.problem() if run.command else 'not run'})")
-    else:  # the worker that stopped comes first: the others' errors are its consequence
+    else:
         for local, outcome in agent["workers"].items():
             if outcome["killed"]:
+                killed.add(int(local))
                 problems.append(f"GPU {local}: stopped making progress and was killed at the deadline")
-    problems += [f"GPU {record['local_rank']}: {record['error']}" for record in run.of("error")]
-    missing = [local for local in range(expected) if local not in reported]
-    if missing and not problems:
-        problems.append(f"GPUs {missing} gave no result")
+    silent = [local for local in range(expected) if local not in reported | errored | killed]
+    if silent and agent is not None:
+        problems.append(f"GPUs {silent} gave no result")
+    errors = [f"GPU {record['local_rank']}: {record['error']}" for record in run.of("error")]
+    problems += sorted(errors, key=lambda line: bool(CONSEQUENCE.search(line)))
     return problems
 
 
@@ -232,6 +239,12 @@ def wrong_results(result: LaunchResult) -> list[str]:
                    for record in run.of("measurement") if not record["correct"]})
 
 
+def finished(result: LaunchResult, params: dict[str, Any]) -> bool:
+    """Every rank of a collectives launch ran to the end and measured all it was asked to."""
+    return not (stopped_ranks(result) or any(run.unfinished for run in result.nodes) or worker_problems(
+        result, expected_measurements(params, len(result.nodes), result.nproc)))
+
+
 class CollectivesUnresolved(RuntimeError):
     """The collectives returned wrong results and group testing confirmed no node as the cause."""
 
@@ -276,7 +289,7 @@ def isolate_wrong_results(loaded: LoadedSpec, state_dir: Path, nodes: list[Resol
                          label="isolation")
 
     def failed(result: LaunchResult) -> bool:
-        return bool(wrong_results(result) or stopped_ranks(result) or any(run.unfinished for run in result.nodes))
+        return bool(wrong_results(result) or not finished(result, params))
 
     return isolate([node.name for node in nodes], lambda groups: rounds.run(groups, failed), min_group=2)
 
@@ -302,7 +315,7 @@ def locate_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedN
                          port=port, evidence_dir=evidence_dir, label="rails")
 
     def judged(result: LaunchResult) -> dict[int, rails.RailJudgement]:
-        if stopped_ranks(result) or any(run.unfinished for run in result.nodes) or wrong_results(result):
+        if not finished(result, rounds.params) or wrong_results(result):
             # a pair that could not measure proves nothing healthy: judged slow on every rail asked about
             return {rail: rails.RailJudgement(rail, None, 0.0, 0, True, "the pair's test did not finish")
                     for rail in slow_rails}
@@ -375,106 +388,232 @@ def judge_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNo
     return checks
 
 
+#: What a rank prints when it failed because another one did (a peer gone, the rendezvous or a collective timed
+#: out, NCCL's watchdog aborting the communicator): the consequence of someone's fault, not a fault of its own.
+CONSEQUENCE = re.compile(r"time[ds]? ?out|timeout|connection (?:closed|reset|refused)|broken pipe|by peer|"
+                         r"remote process exited|communicator was aborted|watchdog|DistStoreError",
+                         re.IGNORECASE)
+
+
+def expected_measurements(params: dict[str, Any], nodes: int, nproc: int) -> int:
+    """How many (scope, op, size) measurements every rank of a collectives launch reports when it finishes."""
+    wanted = params.get("scopes", ["all", "rails"])
+    scopes = ("all" in wanted) + ("rails" in wanted and nodes > 1 and nproc > 1)
+    return scopes * len(params["ops"]) * len(params["sizes"])
+
+
+def worker_problems(result: LaunchResult, measurements: int | None = None) -> dict[str, list[str]]:
+    """Per node, why its workers did not all finish (errors, exits without a result) or, given ``measurements``,
+    measured less than every rank was asked to. A node missing here finished everything it was asked to."""
+    found: dict[str, list[str]] = {}
+    for run in result.nodes:
+        problems = unfinished_workers(run, result.nproc)
+        if not problems and measurements is not None:
+            counted: dict[int, int] = {}
+            for record in run.of("measurement"):
+                local = record["rank"] - run.node_rank * result.nproc
+                counted[local] = counted.get(local, 0) + 1
+            problems = [f"GPU {local}: {counted.get(local, 0)} of {measurements} measurements"
+                        for local in range(result.nproc) if counted.get(local, 0) < measurements]
+        if problems:
+            found[run.node] = problems
+    return found
+
+
+def raised_errors(result: LaunchResult) -> dict[str, list[str]]:
+    """Per node, the errors its workers raised of their own (an NCCL init failure, a CUDA error), not the
+    :data:`CONSEQUENCE` of another rank's: these name their node before any count of calls or results does (a
+    rank that raised at init leaves its node-mates waiting, and the agent kills them: they look stopped)."""
+    found: dict[str, list[str]] = {}
+    for run in result.nodes:
+        lines = [f"GPU {record['local_rank']}: {record['error']}" for record in run.of("error")
+                 if not CONSEQUENCE.search(record["error"])]
+        if lines:
+            found[run.node] = lines
+    return found
+
+
+class FailedEverywhere(RuntimeError):
+    """Every node's workers failed a multi-node stage (init, exit, no report): a setting, the rendezvous or the
+    fabric, not a node; nobody is quarantined for it."""
+
+
+def culprits(problems: dict[str, list[str]], nodes: int, *, stage: str, when: str) -> dict[str, list[str]]:
+    """Of the nodes with :func:`worker_problems`, those whose problem is their own, not only :data:`CONSEQUENCE`
+    of another's: a rank that raised at init makes every other rank time out, and only the first is the cause.
+    With no such node, every node that had a problem is its own cause. When the causes are every one of the
+    launch's ``nodes`` (more than one), nobody can be told from anybody: :class:`FailedEverywhere`."""
+    own = {node: lines for node, lines in problems.items() if any(not CONSEQUENCE.search(line) for line in lines)}
+    own = own or problems
+    if nodes > 1 and len(own) == nodes:
+        shown = "; ".join(f"{host}: {lines[0]}" for host, lines in sorted(own.items())[:4])
+        raise FailedEverywhere(
+            f"the {stage} failed on every node ({len(own)} of {nodes}) in {when}: {shown}. A failure everywhere "
+            "is a setting, the rendezvous or the fabric (NCCL environment, a blocked port, the subnet manager), not "
+            "a node, so no node was quarantined for it")
+    return own
+
+
+class CollectivesStage:
+    """The collectives stage as a few attempts: launch the nodes still in, then act on the one outcome that
+    launch had. Each outcome is its own method; those that remove nodes ask for another attempt."""
+
+    def __init__(self, loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, port: int,
+                 evidence_dir: Path) -> None:
+        self.loaded, self.nodes, self.state_dir, self.port, self.evidence_dir = (loaded, nodes, state_dir, port,
+                                                                                 evidence_dir)
+        self.nproc = loaded.spec.burnin.ranks_per_node or loaded.spec.hardware[nodes[0].hardware].gpu.count
+        self.limits = stage_limits(loaded, nodes[0])
+        self.params = collective_params(loaded)
+        self.deadline = max(120.0, 10 * self.params["timeout_s"])
+        self.failed: dict[str, list[CheckResult]] = {}
+        self.remaining = list(nodes)
+        self.finished_runs: dict[str, NodeRun] = {}
+        self.suspects: dict[str, float] = {}
+        self.report: list[dict[str, Any]] = []
+        self.rail_checks: dict[str, CheckResult] = {}
+
+    def run(self) -> list[NodeVerdict]:
+        try:
+            for attempt in range(1, MAX_ATTEMPTS + 1):
+                if len(self.remaining) < 2:
+                    break
+                result = launch(self.loaded, self.state_dir, self.remaining, test="collectives", nproc=self.nproc,
+                                params=self.params, deadline_s=self.deadline, port=self.port + attempt)
+                keep_logs(result, self.evidence_dir / f"collectives-attempt{attempt}")
+                again = (self._incomplete(result, attempt, raised_errors(result)) or self._lost(result, attempt)
+                         or self._incomplete(result, attempt, self._unmeasured(result))
+                         or self._wrong(result, attempt) or self._measured(result, attempt))
+                if not again:
+                    break
+        finally:  # what was measured is kept, also when the stage stops as systemic
+            self.evidence_dir.mkdir(parents=True, exist_ok=True)
+            (self.evidence_dir / "collectives.json").write_text(json.dumps(self.report, indent=2))
+        return self._verdicts()
+
+    def _fail(self, host: str, result: CheckResult) -> None:
+        self.failed.setdefault(host, []).append(result)
+        self.remaining = [node for node in self.remaining if node.name not in self.failed]
+
+    def _lost(self, result: LaunchResult, attempt: int) -> bool:
+        """A rank stopped (the others waited for it) or a node's agent never reported: fail it, run the rest."""
+        lost = lost_nodes(result, check="collectives", doing="inside a collective",
+                          timeout_s=self.params["timeout_s"], when=f"attempt {attempt}")
+        for host, results in lost.items():
+            for check in results:
+                self._fail(host, check)
+        if lost:
+            self.report.append({"attempt": attempt, "lost": {host: [check.message for check in results]
+                                                             for host, results in lost.items()}})
+        return bool(lost)
+
+    def _unmeasured(self, result: LaunchResult) -> dict[str, list[str]]:
+        return worker_problems(result, expected_measurements(self.params, len(self.remaining), self.nproc))
+
+    def _incomplete(self, result: LaunchResult, attempt: int, problems: dict[str, list[str]]) -> bool:
+        """Workers that raised, errored, exited without a result or measured less than asked: a node passes only on
+        its own measurements. The nodes with a problem of their own fail and the rest run again (see
+        :func:`culprits`; every node at once stops the stage as systemic)."""
+        if not problems:
+            return False
+        self.report.append({"attempt": attempt, "incomplete": problems})
+        causes = culprits(problems, len(self.remaining), stage="collectives", when=f"attempt {attempt}")
+        self.report[-1]["culprits"] = sorted(causes)
+        for host, lines in causes.items():
+            self._fail(host, CheckResult(
+                "collectives", Outcome.FAILED, f"its workers did not finish the collectives: {lines[0]}",
+                "read the worker's error and stack dump in the run directory (NCCL_DEBUG=INFO shows init "
+                "failures); check the node's HCAs, nvidia-peermem and its NCCL environment", lines[:8]))
+        return True
+
+    def _wrong(self, result: LaunchResult, attempt: int) -> bool:
+        """Everyone's sum is wrong, so the output names nobody: find the cause by group testing."""
+        wrong = wrong_results(result)
+        if not wrong:
+            return False
+        isolation = isolate_wrong_results(self.loaded, self.state_dir, self.remaining, self.nproc,
+                                          port=self.port + 100 * attempt,
+                                          evidence_dir=self.evidence_dir / f"collectives-attempt{attempt}")
+        bound = lower_bound(len(self.remaining), max(1, len(isolation.confirmed)))
+        self.report.append({"attempt": attempt, "wrong": wrong, "isolation": {
+            "confirmed": isolation.confirmed, "unconfirmed": isolation.unconfirmed,
+            "launches": isolation.launches, "rounds": isolation.rounds, "bound": round(bound, 2),
+            "log": isolation.log, "unresolved": isolation.unresolved}})
+        if not isolation.confirmed:
+            raise CollectivesUnresolved(
+                f"collectives returned wrong results ({', '.join(wrong[:3])}) but group testing confirmed no "
+                f"node in {isolation.launches} launches (unconfirmed: {isolation.unconfirmed or 'none'}): "
+                "no node was quarantined for it")
+        for host in isolation.confirmed:
+            self._fail(host, CheckResult(
+                "correctness", Outcome.FAILED, f"every group holding {host} gets wrong all_reduce sums, "
+                f"confirmed beside a healthy partner (group testing: {isolation.launches} launches in "
+                f"{isolation.rounds} rounds, bound d·log2(n/d) = {bound:.1f})",
+                "run dcgmi diag -r 3 and the HCA's self-test; reseat or RMA the GPU or HCA on the data path",
+                [f"first run: wrong {', '.join(wrong[:4])}",
+                 *[f"round {entry['round']}: " + "; ".join(
+                     f"{'+'.join(group['nodes'] + group['padding'])} {'FAILED' if group['failed'] else 'ok'}"
+                     for group in entry["groups"]) for entry in isolation.log]]))
+        return True  # the rest measured again, without the culprits
+
+    def _measured(self, result: LaunchResult, attempt: int) -> bool:
+        """Everyone measured everything: stragglers against the fleet (repeated before anyone fails), then
+        the rails."""
+        found = stragglers(result, self.limits["outlier_mad"])
+        self.finished_runs = {run.node: run for run in result.nodes}
+        self.report.append({"attempt": attempt, "busbw": bus_bandwidth(result), "stragglers": found})
+        confirmed = {host: score for host, score in found.items() if host in self.suspects}
+        if found and not confirmed and attempt < MAX_ATTEMPTS and not self.suspects:
+            self.suspects = found  # judged against the fleet, then repeated before anyone is failed
+            # the repeat gives node rank 0, whose host serves the rendezvous store, to a host not under suspicion:
+            # a role must not pass for a slow host (seen on a loaded 2-core CI machine: rank 0's host a straggler
+            # twice in a row at robust z 7.7)
+            self.remaining = sorted(self.remaining, key=lambda node: node.name in found)
+            return True
+        for host, score in confirmed.items():
+            self._fail(host, CheckResult(
+                "outliers", Outcome.FAILED, f"a rank on {host} is a straggler in collectives twice in a row "
+                f"(robust z {score:g} > {self.limits['outlier_mad']:g})", "check that GPU's clocks and its HCA; "
+                "run the pair tests on its rail", [f"first run z {self.suspects[host]:g}, repeat z {score:g}"]))
+        if confirmed and attempt < MAX_ATTEMPTS:  # a straggler slows its rail too: judge the rails without it
+            self.suspects = {}
+            return True
+        if not confirmed and len(self.remaining) >= 2:
+            self.rail_checks = judge_slow_rails(self.loaded, self.state_dir, self.remaining, self.nproc, result,
+                                                port=self.port + 100 * (MAX_ATTEMPTS + 1), entry=self.report[-1],
+                                                evidence_dir=self.evidence_dir / f"collectives-attempt{attempt}")
+            for host, check in list(self.rail_checks.items()):
+                if check.outcome is Outcome.FAILED:
+                    self._fail(host, self.rail_checks.pop(host))
+        return False
+
+    def _verdicts(self) -> list[NodeVerdict]:
+        finished = self.report[-1] if self.report else {}
+        gpudirect = self.loaded.spec.host.gpudirect != "off"
+        admission = self.loaded.spec.admission
+        verdicts = []
+        for node in self.nodes:
+            if node.name in self.failed:
+                verdicts.append(judge(admission, node.name, "collectives", self.failed[node.name]))
+            elif "busbw" in finished and node.name in self.finished_runs:
+                verdicts.append(judge(admission, node.name, "collectives", [CheckResult(
+                    "collectives", Outcome.OK, f"{len(finished['busbw'])} measurements correct on "
+                    f"{len(self.remaining)} nodes; no straggler"),
+                    *([self.rail_checks[node.name]] if node.name in self.rail_checks else []),
+                    judge_transport(self.finished_runs[node.name], gpudirect=gpudirect)]))
+            else:
+                verdicts.append(judge(admission, node.name, "collectives", [CheckResult(
+                    "collectives", Outcome.UNKNOWN, "the collectives never completed after removing the nodes that "
+                    "stopped them", "re-run the burn-in")]))
+        return verdicts
+
+
 def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, port: int,
                           evidence_dir: Path) -> list[NodeVerdict]:
-    burnin = loaded.spec.burnin
-    nproc = burnin.ranks_per_node or loaded.spec.hardware[nodes[0].hardware].gpu.count
-    limits = stage_limits(loaded, nodes[0])
-    params = collective_params(loaded)
-    deadline = max(120.0, 10 * params["timeout_s"])
-    failed: dict[str, list[CheckResult]] = {}
-    remaining = list(nodes)
-    finished_runs: dict[str, NodeRun] = {}
-    suspects: dict[str, float] = {}
-    report: list[dict[str, Any]] = []
-    rail_checks: dict[str, CheckResult] = {}
-    try:
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            if len(remaining) < 2:
-                break
-            result = launch(loaded, state_dir, remaining, test="collectives", nproc=nproc, params=params,
-                            deadline_s=deadline, port=port + attempt)
-            keep_logs(result, evidence_dir / f"collectives-attempt{attempt}")
-            lost = lost_nodes(result, check="collectives", doing="inside a collective", timeout_s=params["timeout_s"],
-                              when=f"attempt {attempt}")
-            if lost:
-                for host, results in lost.items():
-                    failed.setdefault(host, []).extend(results)
-                remaining = [node for node in remaining if node.name not in failed]
-                report.append({"attempt": attempt, "lost": {host: [result.message for result in results]
-                                                            for host, results in lost.items()}})
-                continue  # the rest never finished: run them again without the culprits
-            wrong = wrong_results(result)
-            if wrong:  # everyone's sum is wrong, so the output names nobody: find the cause by group testing
-                isolation = isolate_wrong_results(loaded, state_dir, remaining, nproc, port=port + 100 * attempt,
-                                              evidence_dir=evidence_dir / f"collectives-attempt{attempt}")
-                bound = lower_bound(len(remaining), max(1, len(isolation.confirmed)))
-                report.append({"attempt": attempt, "wrong": wrong, "isolation": {
-                    "confirmed": isolation.confirmed, "unconfirmed": isolation.unconfirmed,
-                    "launches": isolation.launches, "rounds": isolation.rounds, "bound": round(bound, 2),
-                    "log": isolation.log, "unresolved": isolation.unresolved}})
-                if not isolation.confirmed:
-                    raise CollectivesUnresolved(
-                        f"collectives returned wrong results ({', '.join(wrong[:3])}) but group testing confirmed no "
-                        f"node in {isolation.launches} launches (unconfirmed: {isolation.unconfirmed or 'none'}): "
-                        "no node was quarantined for it")
-                for host in isolation.confirmed:
-                    failed.setdefault(host, []).append(CheckResult(
-                        "correctness", Outcome.FAILED, f"every group holding {host} gets wrong all_reduce sums, "
-                        f"confirmed beside a healthy partner (group testing: {isolation.launches} launches in "
-                        f"{isolation.rounds} rounds, bound d·log2(n/d) = {bound:.1f})",
-                        "run dcgmi diag -r 3 and the HCA's self-test; reseat or RMA the GPU or HCA on the data path",
-                        [f"first run: wrong {', '.join(wrong[:4])}",
-                         *[f"round {entry['round']}: " + "; ".join(
-                             f"{'+'.join(group['nodes'] + group['padding'])} {'FAILED' if group['failed'] else 'ok'}"
-                             for group in entry["groups"]) for entry in isolation.log]]))
-                remaining = [node for node in remaining if node.name not in failed]
-                continue  # the rest measured again, without the culprits
-            found = stragglers(result, limits["outlier_mad"])
-            finished_runs = {run.node: run for run in result.nodes}
-            report.append({"attempt": attempt, "busbw": bus_bandwidth(result), "stragglers": found})
-            confirmed = {host: score for host, score in found.items() if host in suspects}
-            if found and not confirmed and attempt < MAX_ATTEMPTS and not suspects:
-                suspects = found  # judged against the fleet, then repeated before anyone is failed
-                # the repeat gives node rank 0, whose host serves the rendezvous store, to a host not under suspicion:
-                # a role must not pass for a slow host (seen on a loaded 2-core CI machine: rank 0's host a straggler
-                # twice in a row at robust z 7.7)
-                remaining = sorted(remaining, key=lambda node: node.name in found)
-                continue
-            for host, score in confirmed.items():
-                failed.setdefault(host, []).append(CheckResult(
-                    "outliers", Outcome.FAILED, f"a rank on {host} is a straggler in collectives twice in a row "
-                    f"(robust z {score:g} > {limits['outlier_mad']:g})", "check that GPU's clocks and its HCA; "
-                    "run the pair tests on its rail", [f"first run z {suspects[host]:g}, repeat z {score:g}"]))
-            if confirmed and attempt < MAX_ATTEMPTS:  # a straggler slows its rail too: judge the rails without it
-                remaining = [node for node in remaining if node.name not in failed]
-                suspects = {}
-                continue
-            if not confirmed and len(remaining) >= 2:
-                rail_checks = judge_slow_rails(loaded, state_dir, remaining, nproc, result,
-                                               port=port + 100 * (MAX_ATTEMPTS + 1), entry=report[-1],
-                                               evidence_dir=evidence_dir / f"collectives-attempt{attempt}")
-                for host, check in list(rail_checks.items()):
-                    if check.outcome is Outcome.FAILED:
-                        failed.setdefault(host, []).append(rail_checks.pop(host))
-            break
-    finally:  # what was measured is kept, also when the stage stops as systemic
-        evidence_dir.mkdir(parents=True, exist_ok=True)
-        (evidence_dir / "collectives.json").write_text(json.dumps(report, indent=2))
-    verdicts = []
-    finished = report[-1] if report else {}
-    gpudirect = loaded.spec.host.gpudirect != "off"
-    for node in nodes:
-        if node.name in failed:
-            verdicts.append(judge(loaded.spec.admission, node.name, "collectives", failed[node.name]))
-        elif "busbw" in finished:
-            verdicts.append(judge(loaded.spec.admission, node.name, "collectives", [CheckResult(
-                "collectives", Outcome.OK, f"{len(finished['busbw'])} measurements correct on "
-                f"{len(remaining)} nodes; no straggler"), *([rail_checks[node.name]] if node.name in rail_checks
-                                                           else []),
-                judge_transport(finished_runs[node.name], gpudirect=gpudirect)]))
-        else:
-            verdicts.append(judge(loaded.spec.admission, node.name, "collectives", [CheckResult(
-                "collectives", Outcome.UNKNOWN, "the collectives never completed after removing the nodes that "
-                "stopped them", "re-run the burn-in")]))
-    return verdicts
+    """Every node together: the fleet's busbw per (scope, op, size), its sums checked, stragglers and slow rails
+    named, and whoever stopped, errored or measured nothing removed before the rest are judged."""
+    return CollectivesStage(loaded, nodes, state_dir, port=port, evidence_dir=evidence_dir).run()
+
+
+#: What stops the collectives stage as systemic: no node is quarantined for any of these.
+SYSTEMIC = (CollectivesUnresolved, RailsSystemic, FailedEverywhere)

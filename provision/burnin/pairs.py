@@ -262,7 +262,7 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
                 _record(localizer, found)
                 adaptive += len(found)
     suspects = localizer.suspects() if localizer.results else []
-    report = _verdicts(loaded, nodes, measurements, suspects, router)
+    report = _verdicts(loaded, nodes, measurements, suspects, router, runner.rails)
     report.summary = {
         "rounds": runner.rounds, "sweep_rounds_count": len(plan.rounds), "measurements": len(measurements),
         "adaptive_proposals": proposals, "adaptive_measurements": adaptive,
@@ -315,7 +315,8 @@ def _host_of(cable: Cable, fabric: Fabric) -> str | None:
 
 
 def _verdicts(loaded: LoadedSpec, nodes: list[ResolvedNode], measurements: list[Measurement],
-              suspects: list[tomography.Suspect], router: routes.Router) -> PairsReport:
+              suspects: list[tomography.Suspect], router: routes.Router,
+              rails: dict[str, list[str]]) -> PairsReport:
     checks: dict[str, list[CheckResult]] = {node.name: [] for node in nodes}
     for measurement in measurements:
         if measurement.at_fault in checks:
@@ -343,18 +344,23 @@ def _verdicts(loaded: LoadedSpec, nodes: list[ResolvedNode], measurements: list[
     verdicts = []
     for node in nodes:
         if not checks[node.name]:
-            checks[node.name].append(_healthy(node.name, measurements, shared))
+            checks[node.name].append(_healthy(node.name, rails.get(node.name, []), measurements, shared))
         verdicts.append(judge(loaded.spec.admission, node.name, "pairs", checks[node.name]))
     return PairsReport(verdicts, fabric_suspects)
 
 
-def _healthy(host: str, measurements: list[Measurement], fabric_cables: list[str]) -> CheckResult:
-    """The node's sweep figures (both ways at once; the adaptive one-way tests are about cables)."""
+def _healthy(host: str, hcas: list[str], measurements: list[Measurement], fabric_cables: list[str]) -> CheckResult:
+    """The node's sweep figures (both ways at once; the adaptive one-way tests are about cables). Every one of its
+    rail HCAs must have been measured: a pass rests on this node's own figures, never on silence."""
     sweep = [m for m in measurements
              if m.gbps is not None and m.bidirectional and host in (_host(m.client), _host(m.server))]
-    if not sweep:
-        return CheckResult("pair_bandwidth", Outcome.UNKNOWN, "no pair test measured this node",
-                           "re-run the burn-in")
+    measured = {hca for m in sweep for hca in (m.client, m.server)}
+    unmeasured = [hca for hca in hcas if hca not in measured]
+    if not sweep or unmeasured:
+        errors = [m.describe() for m in measurements if m.gbps is None and host in (_host(m.client), _host(m.server))]
+        what = f"HCAs {', '.join(_device(hca) for hca in unmeasured)} of" if sweep else "no pair test measured"
+        return CheckResult("pair_bandwidth", Outcome.UNKNOWN, f"{what} this node" + (" were never measured"
+                           if sweep else "") + (f" ({errors[0]})" if errors else ""), "re-run the burn-in", errors[:8])
     rates = [m.gbps for m in sweep if m.gbps is not None]
     message = (f"{len(rates)} HCA pair test(s), slowest {min(rates):.0f} Gb/s, median "
                f"{statistics.median(rates):.0f} Gb/s (threshold {sweep[0].threshold_gbps:g}, both directions)")

@@ -76,16 +76,19 @@ def _collectives(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeV
         verdicts = multinode.run_collectives_stage(context.loaded, nodes, context.store.state_dir,
                                                    port=free_port(_seed(context)),
                                                    evidence_dir=context.run.path / "workers")
-    except (multinode.CollectivesUnresolved, multinode.RailsSystemic) as problem:
+    except multinode.SYSTEMIC as problem:
         raise SystemicFailure(str(problem)) from None
     context.advance(len(nodes))
     return verdicts
 
 
 def _training(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
-    verdicts = training.run_training_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
-                                           port=free_port(_seed(context) + 1), run_id=context.run.id,
-                                           evidence_dir=context.run.path / "workers")
+    try:
+        verdicts = training.run_training_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
+                                               port=free_port(_seed(context) + 1), run_id=context.run.id,
+                                               evidence_dir=context.run.path / "workers")
+    except multinode.FailedEverywhere as problem:
+        raise SystemicFailure(str(problem)) from None
     context.advance(len(nodes))
     return verdicts
 

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from provision.burnin.launch import LaunchResult, NodeRun, launch
-from provision.burnin.multinode import keep_logs, lost_nodes, stage_limits, unfinished_workers
+from provision.burnin.multinode import (
+    culprits,
+    keep_logs,
+    lost_nodes,
+    raised_errors,
+    stage_limits,
+    unfinished_workers,
+    worker_problems,
+)
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks.outcome import CheckResult, Outcome
 from provision.spec import LoadedSpec
@@ -145,6 +153,17 @@ def training_report(trained: LaunchResult) -> list[dict[str, Any]]:
     return rows
 
 
+def _incomplete(problems: dict[str, list[str]], nodes: int, *, phase: str,
+                attempt: int) -> dict[str, list[CheckResult]]:
+    """Of the nodes whose workers raised, errored or gave no result, those at fault (the others' timeouts are its
+    consequence: they train again without it); every node at once raises :class:`FailedEverywhere`."""
+    if not problems:
+        return {}
+    causes = culprits(problems, nodes, stage="training", when=f"the {phase} launch of attempt {attempt}")
+    return {host: [CheckResult("training", Outcome.FAILED, f"{phase}: {lines[0]}", "look at the worker's error "
+                               "and stack dump in the run directory", lines[:8])] for host, lines in causes.items()}
+
+
 def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int, port: int,
                        run_id: str, evidence_dir: Path) -> list[NodeVerdict]:
     burnin = loaded.spec.burnin
@@ -165,8 +184,10 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
                             deadline_s=deadline, port=port + 2 * attempt + len(launches))
             keep_logs(result, evidence_dir / f"training-attempt{attempt}-{phase}")
             launches.append(result)
-            stopped = lost_nodes(result, check="training", doing=f"during the {phase} launch",
-                                 timeout_s=params["timeout_s"], when=f"the {phase} launch")
+            stopped = _incomplete(raised_errors(result), len(remaining), phase=phase, attempt=attempt) or lost_nodes(
+                result, check="training", doing=f"during the {phase} launch", timeout_s=params["timeout_s"],
+                when=f"the {phase} launch") or _incomplete(worker_problems(result), len(remaining), phase=phase,
+                                                           attempt=attempt)
             if stopped:
                 for host, results in stopped.items():
                     failed.setdefault(host, []).extend(results)

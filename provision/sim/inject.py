@@ -200,7 +200,8 @@ def degraded_hca_port(node: NodeContext, params: dict[str, Any], target: str | N
 
 INJECTORS: dict[str, Injector] = {
     **{kind: rank_fault(kind) for kind in ("slow_gpu", "rank_hang", "rank_slow", "rank_wrong_result",
-                                                 "collective_corruption", "step_slowdown")},
+                                                 "collective_corruption", "step_slowdown",
+                                                 "worker_error")},
     "acs_enabled": acs_enabled, "wrong_driver": wrong_driver, "pin_unavailable": pin_unavailable,
     "reboot_hang": reboot_hang, "degraded_hca_port": degraded_hca_port,
     "peermem_missing": peermem_missing,

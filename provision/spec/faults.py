@@ -111,6 +111,15 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               "training stage reports the slowness as periodic and fails the host",
               {"local_rank": Param(int, 0, 0, 15), "period": Param(int, 5, 2, 1000),
                "extra_ms": Param(float, 60.0, 1.0, 10_000.0)}),
+    FaultKind("worker_error", "rank", "node", "collectives", "collectives",
+              "one worker of the named test fails: it raises at init as NCCL does when it cannot build its "
+              "communicator ('init'), exits cleanly without a result ('exit'), or finishes with its output lost "
+              "('silent'); the stage that ran the test (node: node_test, collectives, training: training) fails "
+              "that node for want of its own measurements, the others' timeouts are not held against them, and "
+              "the fault on every node stops the run as systemic",
+              {"when": Param(str, "init", choices=("init", "exit", "silent")),
+               "test": Param(str, "collectives", choices=("node", "collectives", "training")),
+               "local_rank": Param(int, 0, 0, 15)}),
     FaultKind("rank_wrong_result", "rank", "node", "node", "bit_exact",
               "one rank returns corrupted results; the bit-exact cross-check fails its host",
               {"local_rank": Param(int, 0, 0, 15)}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 #: The simulated wire a healthy rail's bytes cross (gloo on loopback CPU workers): the floor of a degraded
@@ -31,6 +32,12 @@ def _faults() -> list[dict]:
 
 def _mine(fault: dict) -> bool:
     return os.environ.get("LOCAL_RANK") == str(fault["local_rank"])
+
+
+def _test() -> str:
+    """The test the agent was started for (``--test NAME``), read when a worker calls into torch."""
+    argv = sys.argv
+    return argv[argv.index("--test") + 1] if "--test" in argv[:-1] else ""
 
 
 def _install(faults: list[dict]) -> None:
@@ -73,6 +80,33 @@ def _install(faults: list[dict]) -> None:
             return real_loss(*args, **kwargs)
 
         torch.nn.functional.cross_entropy = cross_entropy
+
+    failing = [fault for fault in faults if fault["kind"] == "worker_error"]
+    if failing:
+        real_init = dist.init_process_group
+
+        def init_process_group(*args, **kwargs):
+            for fault in failing:
+                if not _mine(fault) or fault["test"] != _test():
+                    continue
+                if fault["when"] == "init":  # what NCCL raises when it cannot build the communicator
+                    raise getattr(dist, "DistBackendError", RuntimeError)(
+                        "NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error "
+                        "(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\nncclSystemError: System call "
+                        "(e.g. socket, malloc) or external library call failed or device error.\nLast error:\n"
+                        "socketStartConnect: Connect to 127.0.0.1<40923> failed : Software caused connection abort")
+            done = real_init(*args, **kwargs)
+            for fault in failing:
+                if not _mine(fault) or fault["test"] != _test():
+                    continue
+                if fault["when"] == "exit":  # gone without a word or an error, its exit status clean
+                    os._exit(0)
+                if fault["when"] == "silent":  # runs to the end, but nothing it prints reaches the agent's reader
+                    devnull = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(devnull, 1)
+            return done
+
+        dist.init_process_group = init_process_group
 
     stalls = [fault for fault in faults if fault["kind"] in ("rank_hang", "rank_slow")]
     corrupting = [fault for fault in faults if fault["kind"] == "collective_corruption"]
