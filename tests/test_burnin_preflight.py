@@ -30,8 +30,10 @@ FAULTS = [
     {"kind": "row_remap_pending", "node": "sim04", "target": "gpu5"},
     {"kind": "thermal_throttle", "node": "sim05", "target": "gpu0"},
     {"kind": "hca_port_down", "node": "sim05", "target": "mlx5_6"},
+    {"kind": "rails_swapped", "node": "sim05", "target": "mlx5_0", "params": {"with": "mlx5_3"}},
     {"kind": "ib_link_low_rate", "node": "sim06", "target": "mlx5_9", "params": {"rate": "HDR"}},
     {"kind": "unknown_kernel_log_line", "node": "sim06"},
+    {"kind": "nvlink_errors_growing", "node": "sim06", "target": "gpu4", "params": {"link": 7}},
     {"kind": "xid", "node": "sim07", "target": "gpu3", "params": {"code": 13}},
 ]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from provision.checks import preflight
+from provision.checks import kernel_allowlist, preflight
 from provision.checks.outcome import Outcome
 from provision.facts.registry import FACTS
 
@@ -63,7 +63,7 @@ HEALTHY_H100 = {
     "gpu_count": 2, "gpu_model": "H100-SXM-80GB", "driver": "535.183.01", "gpu_pcie": [5, 16], "hca_pcie": [5, 16],
     "rail_hcas": ["mlx5_0"], "link_gbps": 400, "nvlink_links": 3, "gpudirect": "peermem", "acs_disable": True,
     "acs_scope": "all_bridges",
-    "thresholds": {"corrected_ecc": 10, "gpu_temperature_c": 85, "disk_usage_percent": 95},
+    "thresholds": {"corrected_ecc": 10, "gpu_temperature_c": 85, "disk_usage_percent": 95, "nvlink_errors": 100},
 }
 
 
@@ -73,8 +73,11 @@ def _output(reference: str) -> Any:
 
 def _expectations(overrides: dict[str, Any]) -> preflight.Expectations:
     values = {**HEALTHY_H100, **overrides}
+    if values.get("allowlist") == "builtin":  # the kernel-log allowlist the tool ships
+        values["allowlist"] = tuple(kernel_allowlist.load(None))
     for key in ("gpu_pcie", "hca_pcie", "rail_hcas"):
         values[key] = tuple(values[key])
+    values["rails"] = tuple(tuple(pair) for pair in values.get("rails", [["mlx5_0", 0]]))
     return preflight.Expectations(**values)
 
 

@@ -30,6 +30,16 @@ def test_link_down_names_both_ends_the_flat_ports_and_the_serial():
     assert event.time == datetime(2026, 11, 2, 13, 45, 1, 123000, tzinfo=UTC).timestamp()
 
 
+def test_a_multi_site_ufm_line_carries_its_site_after_the_level():
+    """UFM writes ``Site [name] `` between the level and the topic on a multi-site install (the optional segment
+    of the event.log regex in Mellanox/ufm_sdk_3.0's log analyzer): the same event, read the same way."""
+    with_site = LINK_DOWN.replace("WARNING [Hardware]", "WARNING Site [dc-west-2] [Hardware]")
+    log = ufm_events.parse_event_log(with_site + "\n")
+    [event] = log.events
+    assert (event.device, event.port, event.peer, event.serial) == ("leaf-a", 33, ("spine-b", 8), "MT2330FT01234")
+    assert log.malformed == 0
+
+
 def test_ufm_port_numbers_follow_cage_and_sub_port():
     assert ufm_events.flat_port("1/17/1") == 33 and ufm_events.flat_port("1/17/2") == 34
     assert ufm_events.flat_port("17/2") == 34 and ufm_events.flat_port("5") == 5
@@ -119,3 +129,15 @@ def test_ibportstate_blocks_and_the_state_a_port_is_left_in() -> None:
     assert blocks[1].fields["LinkSpeedActive"] == "0x00"  # not mistaken for the port's own speed
     assert final_state(text) == ("Down", "Disabled")
     assert final_state("ibwarn: can't resolve destination port\n") is None
+
+
+def test_ibportstate_before_2009_titles_its_block_plain_portinfo() -> None:
+    """infiniband-diags before the 1.5 series printed ``PortInfo:`` with no Lid/SMLid/LMC lines (format:
+    tuananh0788/Exadata issue 2, a Sun QDR switch): a port left Disabled reads as disabled, not as a failed disable."""
+    from provision.facts.ibportstate import final_state, parse_port_info
+
+    text = (Path(__file__).parent / "data" / "ibportstate_old_title_disabled.txt").read_text()
+    (block,) = parse_port_info(text)
+    assert (block.title, block.where, block.port) == ("PortInfo", "Lid 7", 31)
+    assert final_state(text) == ("Down", "Disabled")
+    assert final_state("PortInfo:\nibportstate: iberror: failed: smp query portinfo failed\n") is None

@@ -21,6 +21,12 @@ from tests.simhelpers import SimHost, bring_up, write_spec
 PINNED = "535.183.01"
 
 
+def _hardware(host: SimHost):
+    from provision.sim.host import hardware_from_dict, read_recipe
+
+    return hardware_from_dict(read_recipe(host.root.parent)["hardware"])
+
+
 def _install_driver(host: SimHost) -> None:
     host.run("apt-get", "install", "-y", f"nvidia-driver-535={PINNED}-1")
     host.run("modprobe", "nvidia")
@@ -270,6 +276,25 @@ def observe_thermal_throttle(host: SimHost) -> None:
     assert len(hot) == 1 and hot[0]["temperature.gpu"] == "91"
 
 
+def observe_nvlink_errors_growing(host: SimHost) -> None:
+    from provision.facts.nvidia_smi import parse_nvlink_errors
+
+    _install_driver(host)
+    first = {gpu.index: gpu for gpu in parse_nvlink_errors(host.run("nvidia-smi", "nvlink", "-e").stdout)}
+    assert first[5].links[3]["CRC Errors"] >= 3600 and first[5].links[3]["Replay Errors"] > 0
+    assert all(gpu.total(link) == 0 for index, gpu in first.items() for link in gpu.links if (index, link) != (5, 3))
+    again = {gpu.index: gpu for gpu in parse_nvlink_errors(host.run("nvidia-smi", "nvlink", "-e").stdout)}
+    assert again[5].links[3]["CRC Errors"] >= first[5].links[3]["CRC Errors"]  # it only grows
+
+
+def observe_rails_swapped(host: SimHost) -> None:
+    links = host.root / "sys" / "class" / "infiniband"
+    devices = {hca.name: hca.bdf for hca in _hardware(host).hcas}
+    assert os.readlink(links / "mlx5_3").split("/")[-3] == devices["mlx5_0"]
+    assert os.readlink(links / "mlx5_0").split("/")[-3] == devices["mlx5_3"]
+    assert parse_ibstat(host.run("ibstat").stdout)["mlx5_0"].ports[1].state == "ACTIVE"
+
+
 def observe_hca_port_down(host: SimHost) -> None:
     devices = parse_ibstat(host.run("ibstat").stdout)
     assert devices["mlx5_3"].ports[1].state == "DOWN" and devices["mlx5_3"].ports[1].physical_state == "Polling"
@@ -342,6 +367,8 @@ NODE_FAULTS = {
     "ecc_uncorrectable": ({"target": "gpu4"}, observe_ecc_uncorrectable),
     "row_remap_pending": ({"target": "gpu6"}, observe_row_remap_pending),
     "thermal_throttle": ({"target": "gpu7"}, observe_thermal_throttle),
+    "nvlink_errors_growing": ({"target": "gpu5"}, observe_nvlink_errors_growing),
+    "rails_swapped": ({"target": "mlx5_0", "params": {"with": "mlx5_3"}}, observe_rails_swapped),
     "hca_port_down": ({"target": "mlx5_3"}, observe_hca_port_down),
     "ib_link_low_rate": ({"target": "mlx5_5", "params": {"rate": "HDR"}}, observe_ib_link_low_rate),
     "unknown_kernel_log_line": ({}, observe_unknown_kernel_log_line),
@@ -473,3 +500,28 @@ def test_link_quality_lists_exactly_the_flows_whose_route_crosses_a_degraded_cab
     for flow, share in zip(flows, flow_factors(directory, flows), strict=True):
         crossed = [factors[number] for number in router.path(*flow) if number in factors]
         assert share == min(crossed, default=1.0), flow
+
+
+def test_a_pre_535_driver_knows_only_the_throttle_names_and_preflight_asks_for_those(tmp_path: Path) -> None:
+    """nvidia-smi renamed clocks_throttle_reasons to clocks_event_reasons in the 535 branch (keeping the old names as
+    aliases); before it the new name is refused, exit 2. Preflight asks --help-query-gpu first and reads the GPUs of
+    a 525 host with the names that driver knows."""
+    from provision.checks import preflight
+    from provision.facts.nvidia_smi import parse_help_query
+    from provision.observe import LocalSession
+    from provision.sim import cluster
+
+    state, _ = bring_up(tmp_path, [{"kind": "wrong_driver", "node": "sim02", "params": {"version": "525.147.05"}}])
+    host = SimHost(state, "sim02")
+    names = parse_help_query(host.run("nvidia-smi", "--help-query-gpu").stdout)
+    assert "clocks_throttle_reasons.active" in names and "clocks_event_reasons.active" not in names
+    refused = host.run("nvidia-smi", "--query-gpu=index,clocks_event_reasons.active", "--format=csv", check=False)
+    assert refused.returncode == 2 and 'Field "clocks_event_reasons.active" is not a valid field' in refused.stderr
+    session = LocalSession("sim02", host.root, cluster.environment(host.paths))
+    gathered = preflight.collect(session, 30)
+    assert "gpus" in gathered.outputs, gathered.problems.get("gpus")
+    rows = preflight.nvidia_smi.GPUS.parse(gathered.outputs["gpus"])
+    assert len(rows) == 8 and all(row["clocks_event_reasons.active"].startswith("0x") for row in rows)
+    current = SimHost(state, "sim01")  # the pinned 535 host names both
+    _install_driver(current)
+    assert "clocks_event_reasons.active" in parse_help_query(current.run("nvidia-smi", "--help-query-gpu").stdout)

@@ -1,6 +1,7 @@
 """Parse UFM's ``event.log`` into port events, fast enough for a million lines.
 
-A line reads ``YYYY-MM-DD HH:MM:SS.mmm [id] [code] LEVEL [topic] DevType [description] [dev_id: guid]: message``,
+A line reads ``YYYY-MM-DD HH:MM:SS.mmm [id] [code] LEVEL [Site [name]] [topic] DevType [description] [dev_id: guid]:
+message`` (the site segment only on a multi-site UFM),
 with the description ``Default / Switch: <name> / 1/<cage>/<sub>``. Only a dozen codes say anything
 about a cable (``ACTED``); UFM's own housekeeping codes are listed in ``IGNORED`` so that a code in
 neither list is reported as unknown instead of vanishing. Node and switch down/up codes are kept
@@ -42,8 +43,10 @@ IGNORED = frozenset({64, 65, 66, 67, 328, 336, 394, 395, 517, 527, 603, 604, 920
 SKIPPED_DEVICES = ("Computer", "Aggregation Node")
 
 _KEPT = "|".join(str(code) for code in sorted({*ACTED, *REBOOTS}))
+#: After the level, UFM may write ``Site [name] `` (multi-site UFM; NVIDIA's own log analyzer accepts it).
 _EVENT = re.compile(
-    r"\n((\d{4}-\d\d-\d\d \d\d:\d\d):(\d\d(?:\.\d+)?) \[\d+\] \[(" + _KEPT + r")\] [^\[\n]*\[[^\]\n]*\] "
+    r"\n((\d{4}-\d\d-\d\d \d\d:\d\d):(\d\d(?:\.\d+)?) \[\d+\] \[(" + _KEPT + r")\] [^\[\n]*?"
+    r"(?:Site \[[^\]\n]*\] )?\[[^\]\n]*\] "
     r"[^\[\n]*\[([^\]\n]*)\][^:\n]*:([^\n]*))")
 _WELL_FORMED = re.compile(r"\n\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[\d+\] \[(\d+)\] ")
 _LINK_DOWN = re.compile(r"\((\w[\w ]*):([^:()]+):([\d/]+)\)[^:]*:(\d+) - \((\w[\w ]*):([^:()]+):([\d/]+)\)[^:]*:(\d+)"

@@ -25,7 +25,7 @@ from provision.spec.thresholds import effective_thresholds
 
 #: What preflight reads from a host; each fact's command (or file) and parser live in its own module.
 PROBES: tuple[Fact, ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
-                            kernel_log.KERNEL_LOG, lspci.LSPCI, infiniband.IBSTAT, system.DF)
+                            nvidia_smi.NVLINK_ERRORS, kernel_log.KERNEL_LOG, lspci.LSPCI, infiniband.IBSTAT, system.DF)
 FILES: tuple[Fact, ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES)
 LINKS: tuple[Fact, ...] = (lspci.PCI_DEVICES, infiniband.INFINIBAND)
 GPU_FIELDS, REMAP_FIELDS = nvidia_smi.GPU_FIELDS, nvidia_smi.REMAP_FIELDS
@@ -68,6 +68,7 @@ class Expectations:
     thresholds: dict[str, float]
     uuid_blocklist: frozenset[str] = frozenset()
     allowlist: tuple = ()
+    rails: tuple[tuple[str, int], ...] = ()  # (HCA, the GPU index the spec pairs it with)
 
 
 def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
@@ -88,6 +89,7 @@ def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
         thresholds={name: threshold.value for name, threshold in limits.items()},
         uuid_blocklist=frozenset(uuid.upper() for uuid in spec.burnin.uuid_blocklist),
         allowlist=tuple(kernel_allowlist.load(allowlist_file)),
+        rails=tuple(sorted(profile.rails.items(), key=lambda item: item[1])),
     )
 
 
@@ -109,8 +111,14 @@ def collect(session: HostSession, timeout_s: float) -> Gathered:
     def command(probe: Fact) -> tuple[str, CommandResult]:
         return probe.name, session.run(probe.argv, timeout_s, become=probe.needs_root)
 
-    with ThreadPoolExecutor(max_workers=len(PROBES)) as pool:
-        results = list(pool.map(command, PROBES))
+    asked = session.run(nvidia_smi.GPU_QUERY_FIELDS.argv, timeout_s)  # the names this driver gives its fields
+    try:
+        accepted = nvidia_smi.parse_help_query(asked.stdout) if asked.ok else None
+    except ValueError:
+        accepted = None
+    probes = [nvidia_smi.gpus_command(accepted) if probe is nvidia_smi.GPUS else probe for probe in PROBES]
+    with ThreadPoolExecutor(max_workers=len(probes)) as pool:
+        results = list(pool.map(command, probes))
         for probe in FILES:
             gathered.files[probe.name] = session.read_text(probe.path)
         for probe in LINKS:
@@ -141,6 +149,9 @@ def _parse(gathered: Gathered, probe: Fact) -> Any:
     """The probe's parser over its output, once per host however many checks read it."""
     if probe.name not in gathered.parsed:
         (text,) = _need(gathered, probe.name)
+        if text and not text.endswith("\n"):  # every tool read here ends its output with a newline
+            raise Unknown(f"{' '.join(probe.argv)[:60]} printed a last line with no end: cut short "
+                          f"({text.splitlines()[-1][-80:]!r})")
         gathered.parsed[probe.name] = probe.parse(text)
     return gathered.parsed[probe.name]
 
@@ -227,28 +238,47 @@ def check_row_remap(gathered: Gathered, expect: Expectations) -> list[CheckResul
         if row["remapped_rows.pending"] in ("1", "Yes"):
             failures.append(f"GPU {row['gpu_bus_id']}: a row remap is pending")
     for bus_id, tree in retired.gpus.items():
-        if tree.get("Retired Pages", {}).get("Pending Page Blacklist") == "Yes":
+        pages = tree.get("Retired Pages")  # a one-line "N/A" on a GPU without page retirement
+        if isinstance(pages, dict) and "Yes" in (pages.get("Pending Page Blacklist"), pages.get("Pending")):
             failures.append(f"GPU {bus_id}: a page retirement is pending")
     return [_result("row_remap", failures, "no pending remaps or retirements",
                     "reset the GPU (or reboot) to apply the remap, then re-test; a failure or a repeat is an RMA")]
 
 
+def _kernel_lines_read(gathered: Gathered) -> list[kernel_log.KernelLine]:
+    """The kernel log, which a running host never has empty (the boot alone writes hundreds of lines): an empty
+    one was not read, and says nothing about Xids."""
+    lines = _kernel_lines(gathered)
+    if not lines:
+        raise Unknown("the kernel log came back empty (a cleared ring buffer, or the read lost its output)")
+    bare = next((line.message for line in lines if line.seconds is None and line.stamp is None), None)
+    if bare is not None:  # dmesg stamps every record: a line without one is a format we do not know, or cut
+        raise Unknown(f"a kernel log line without the time dmesg prints: {bare[:120]!r}")
+    return lines
+
+
 def check_xid(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    xids = kernel_log.find_xids(_kernel_lines(gathered))
+    lines = _kernel_lines_read(gathered)
+    xids = kernel_log.find_xids(lines)
+    lost = kernel_log.find_lost_gpus(lines)
     hardware = [xid for xid in xids if xid.code in HARDWARE_XIDS]
-    chosen, outcome = (hardware, Outcome.FAILED) if hardware else (xids, Outcome.WARNING)
+    chosen, outcome = (hardware, Outcome.FAILED) if hardware or lost else (xids, Outcome.WARNING)
     failures = [f"Xid {xid.code} on GPU {xid.pci}: {xid.detail}" for xid in chosen]
-    remediation = "; ".join(sorted({XID_REMEDIATION.get(xid.code, "see NVIDIA's Xid catalog") for xid in chosen}))
-    return [_result("xid", failures, "no Xid in the kernel log", remediation, outcome=outcome)]
+    failures += [f"GPU {gpu.pci} {gpu.what}: {gpu.line}" for gpu in lost  # unless its Xid said so already
+                 if not any(xid.code == 79 and gpu.pci.startswith(xid.pci) for xid in chosen)]
+    remediation = {XID_REMEDIATION.get(xid.code, "see NVIDIA's Xid catalog") for xid in chosen}
+    if lost:  # the hardware class of Xid 79, whether or not the driver printed one
+        remediation.add(XID_REMEDIATION[79])
+    return [_result("xid", failures, "no Xid in the kernel log", "; ".join(sorted(remediation)), outcome=outcome)]
 
 
 def _owned_elsewhere(message: str) -> bool:
-    """Lines another check judges (Xids, PCIe 'limited by') are not judged twice."""
-    return "NVRM: Xid" in message or "limited by" in message
+    """Lines another check judges (Xids and lost GPUs, PCIe 'limited by') are not judged twice."""
+    return "NVRM: Xid" in message or "limited by" in message or kernel_log.about_a_lost_gpu(message)
 
 
 def check_kernel_log(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    messages = [line.message for line in _kernel_lines(gathered) if not _owned_elsewhere(line.message)]
+    messages = [line.message for line in _kernel_lines_read(gathered) if not _owned_elsewhere(line.message)]
     left = kernel_allowlist.unexpected(messages, list(expect.allowlist))
     result = _result("kernel_log", [f"{len(left)} kernel message(s) outside the allowlist: {left[0]}"] if left else [],
                      f"{len(messages)} kernel messages, all allowlisted",
@@ -268,7 +298,7 @@ def _hca_addresses(gathered: Gathered) -> dict[str, str]:
 
 
 def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    devices, lines = _pci_devices(gathered), _kernel_lines(gathered)
+    devices, lines = _pci_devices(gathered), _kernel_lines_read(gathered)
     gpus = [device for device in devices.values() if device.kind == "3D controller" and "NVIDIA" in device.description]
     hca_addresses = _hca_addresses(gathered)
     failures = []
@@ -294,6 +324,55 @@ def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResul
     failures += [f"kernel: {message}" for message in limited]
     return [_result("pcie_link", failures, f"{len(gpus)} GPU and {len(expect.rail_hcas)} HCA links at spec",
                     "reboot to retrain the link; reseat the card or riser if it stays low")]
+
+
+def _pci_chain(target: str) -> list[str]:
+    """The PCI addresses on a sysfs device path, root port first (``.../pci0000:15/0000:15:01.0/0000:16:00.0/...``)."""
+    return [part for part in target.split("/") if part.count(":") == 2 and "." in part]
+
+
+def _bus_id(nvidia_smi_bus_id: str) -> str:
+    """nvidia-smi's ``00000000:18:00.0`` as sysfs names it (``0000:18:00.0``)."""
+    domain, _, rest = nvidia_smi_bus_id.lower().partition(":")
+    return f"{domain[-4:]}:{rest}"
+
+
+def check_rail_map(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """Each rail's HCA must be its GPU's nearest: the one whose PCIe path shares the deepest bridge with the GPU's
+    (the PCIe switch both hang off, what ``nvidia-smi topo -m`` shows as PIX/PXB). A map that pairs a GPU with a
+    farther HCA sends GPUDirect traffic across a root complex or a socket, and names the wrong HCA on tickets."""
+    if not expect.rails:
+        return [CheckResult("rail_map", Outcome.SILENCED, "the spec maps no rails")]
+    devices = gathered.links.get("pci_devices") or {}
+    hca_chains = {hca: _pci_chain(target) for hca, target in (gathered.links.get("infiniband") or {}).items()}
+    gpu_bus = {int(gpu["index"]): _bus_id(gpu["pci.bus_id"]) for gpu in _gpus(gathered)}
+    rail_hcas = [hca for hca, _ in expect.rails if hca_chains.get(hca)]
+    failures, judged = [], 0
+    for hca, index in expect.rails:
+        gpu_chain = _pci_chain(devices.get(gpu_bus.get(index, ""), ""))
+        if not gpu_chain or hca not in rail_hcas:
+            continue  # a GPU or HCA that is not there is gpu_count's and ib_ports' finding
+        judged += 1
+
+        def shared(other: str, gpu_chain: list[str] = gpu_chain) -> int:
+            chain = hca_chains[other]
+            return next((depth for depth, (a, b) in enumerate(zip(gpu_chain, chain, strict=False)) if a != b),
+                        min(len(gpu_chain), len(chain)))
+
+        nearest = max(rail_hcas, key=lambda other: (shared(other), other == hca))
+        if shared(nearest) > shared(hca):
+            bridge = gpu_chain[shared(nearest) - 1]
+            failures.append(f"GPU {index} ({gpu_chain[-1]}) sits beside {nearest} (under {bridge}); the spec pairs it "
+                            f"with {hca} ({hca_chains[hca][-1]}), {shared(hca)} bridge(s) up instead of "
+                            f"{shared(nearest)}")
+    if not judged:
+        raise Unknown("no rail's GPU and HCA were found on the PCIe tree (pci_devices and infiniband links)")
+    result = _result("rail_map", failures, f"{judged} rails: each HCA beside its GPU",
+                     "fix hardware.<profile>.rails in the spec (nvidia-smi topo -m shows which NIC is PIX/PXB to each "
+                     "GPU), or the cabling if the HCAs were swapped in their slots")
+    result.evidence += [f"GPU {index} {' / '.join(_pci_chain(devices.get(gpu_bus.get(index, ''), '')))}; {hca} "
+                        f"{' / '.join(hca_chains.get(hca, []))}" for hca, index in expect.rails][:8]
+    return [result]
 
 
 def check_peermem(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
@@ -353,7 +432,10 @@ def check_nvlink(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     if not expect.nvlink_links:
         return [CheckResult("nvlink", Outcome.SILENCED, "no NVLink in the spec")]
     failures = []
-    for gpu in _parse(gathered, nvidia_smi.NVLINK):
+    listed = _parse(gathered, nvidia_smi.NVLINK)
+    if len(listed) < expect.gpu_count:  # an NVLink system lists every GPU: fewer is a cut or unknown output
+        raise Unknown(f"nvidia-smi nvlink -s listed {len(listed)} of {expect.gpu_count} GPUs")
+    for gpu in listed:
         if gpu.all_inactive:
             failures.append(f"GPU {gpu.index}: all NVLinks inactive")
         elif gpu.inactive_links or len(gpu.links) < expect.nvlink_links:
@@ -361,6 +443,31 @@ def check_nvlink(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
                             f"{expect.nvlink_links} NVLinks active")
     return [_result("nvlink", failures, f"{expect.nvlink_links} NVLinks up on every GPU",
                     "check nvidia-fabricmanager; reseat the baseboard if links stay down")]
+
+
+#: Imbue's cluster-health reports a link at this many errors (as a silenced warning: "doesn't seem to impact
+#: training"); the spec's ``thresholds.nvlink_errors`` is where a node fails.
+NVLINK_ERRORS_NOTED = 5
+
+
+def check_nvlink_errors(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    if not expect.nvlink_links:
+        return [CheckResult("nvlink_errors", Outcome.SILENCED, "no NVLink in the spec")]
+    listed = _parse(gathered, nvidia_smi.NVLINK_ERRORS)
+    if len(listed) < expect.gpu_count:
+        raise Unknown(f"nvidia-smi nvlink -e listed {len(listed)} of {expect.gpu_count} GPUs")
+    limit = expect.thresholds["nvlink_errors"]
+    counted = [(gpu, link, gpu.total(link)) for gpu in listed for link in sorted(gpu.links)]
+    over = [f"GPU {gpu.index} link {link}: {total} errors since the driver loaded ("
+            + ", ".join(f"{count} {name.removesuffix(' Errors').lower()}" for name, count in gpu.links[link].items()
+                        if count) + f"; limit {limit:g})" for gpu, link, total in counted if total > limit]
+    if over:
+        return [_result("nvlink_errors", over, "", "reset the GPU and re-test; reseat the baseboard or RMA if the "
+                        "count grows again (nvidia-smi nvlink -e)")]
+    noted = [f"GPU {gpu.index} link {link}: {total} errors" for gpu, link, total in counted
+             if total >= NVLINK_ERRORS_NOTED]
+    return [_result("nvlink_errors", noted, f"NVLink error counters within {limit:g} per link on every GPU",
+                    "watch the counters; the node fails past thresholds.nvlink_errors", outcome=Outcome.WARNING)]
 
 
 def check_throttle(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
@@ -411,10 +518,12 @@ CHECKS: dict[tuple[str, ...], Evaluator] = {
     ("xid",): check_xid,
     ("kernel_log",): check_kernel_log,
     ("pcie_link",): check_pcie_link,
+    ("rail_map",): check_rail_map,
     ("peermem",): check_peermem,
     ("acs",): check_acs,
     ("ib_ports",): check_ib_ports,
     ("nvlink",): check_nvlink,
+    ("nvlink_errors",): check_nvlink_errors,
     ("throttle",): check_throttle,
     ("disk", "swap"): check_disk,
 }

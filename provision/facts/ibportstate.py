@@ -1,6 +1,7 @@
 """``ibportstate`` output: the PortInfo blocks it prints, and the state a port is left in.
 
-A query prints ``Switch PortInfo:`` (or ``CA/RT PortInfo:``), possibly followed by ``Peer PortInfo:``; a change
+A query prints ``Switch PortInfo:`` (or ``CA/RT PortInfo:``; ``CA PortInfo:`` and plain ``PortInfo:`` from older
+infiniband-diags), possibly followed by ``Peer PortInfo:``; a change
 prints ``Initial ... PortInfo:`` and then ``After PortInfo set:``. Each block starts with
 ``# Port info: Lid N port P`` and lists ``Field:.....value`` lines.
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_TITLE = re.compile(r"^((?:Initial )?(?:Switch|CA/RT) PortInfo|Peer PortInfo|After PortInfo set):\s*$")
+#: The block titles infiniband-diags has printed: plain ``PortInfo:`` (before 2009), ``CA``/``Switch PortInfo:``
+#: (2009-2016), ``CA/RT``/``Switch PortInfo:`` (since), each with ``Initial`` before a change.
+_TITLE = re.compile(r"^((?:Initial )?(?:(?:Switch|CA/RT|CA) )?PortInfo|Peer PortInfo|After PortInfo set):\s*$")
 _WHERE = re.compile(r"^# (MLNX ext )?Port info: (.+) port (\d+)\s*$")
 _FIELD = re.compile(r"^(\w+):\.*(.*)$")
 

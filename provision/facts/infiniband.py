@@ -111,8 +111,13 @@ def parse_ibstat(text: str) -> dict[str, IbDevice]:
             device.firmware = value
         elif key == "Node GUID":
             device.node_guid = value
+    if not devices:
+        raise ValueError("no CA in ibstat's output")
     for name, numbered in ports.items():
         for number, fields in numbered.items():
+            lacking = [key for key in ("State", "Physical state", "Rate", "Link layer") if key not in fields]
+            if lacking:
+                raise ValueError(f"ibstat's CA '{name}' port {number} has no {', '.join(lacking)}: cut short")
             rate = fields.get("Rate", "")
             devices[name].ports[number] = IbPort(
                 state=_IBSTAT_STATES.get(fields.get("State", ""), fields.get("State", "").upper()),

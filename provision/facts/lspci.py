@@ -97,6 +97,10 @@ def parse_lspci_verbose(text: str) -> list[PciDeviceFacts]:
             current.acs_control = _flags(value)
         elif key == "Kernel driver in use":
             current.driver = value
+    if not devices:
+        raise ValueError("no PCI device in lspci's output")
+    if not text.replace("\r\n", "\n").endswith("\n\n"):  # -v ends every device, the last one too, with a blank line
+        raise ValueError(f"lspci's output ends inside the block of {devices[-1].address}: cut short")
     return devices
 
 

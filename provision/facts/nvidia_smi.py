@@ -69,6 +69,11 @@ def parse_query_report(text: str) -> SmiReport:
             child: dict[str, Any] = {}
             parent[key] = child
             stack.append((indent, child))
+    if not report.gpus:
+        raise ValueError("no 'GPU <bus id>' section in nvidia-smi -q's output")
+    attached = report.header.get("Attached GPUs", "")
+    if attached.isdigit() and int(attached) != len(report.gpus):
+        raise ValueError(f"nvidia-smi -q says {attached} GPUs attached and reports {len(report.gpus)}: cut short")
     return report
 
 
@@ -105,6 +110,41 @@ def parse_nvlink_status(text: str) -> list[NvlinkGpu]:
     return gpus
 
 
+@dataclass
+class NvlinkErrorsGpu:
+    index: int
+    name: str
+    uuid: str
+    links: dict[int, dict[str, int]] = field(default_factory=dict)  # link -> counter name -> count
+
+    def total(self, link: int) -> int:
+        return sum(self.links[link].values())
+
+
+_LINK_COUNTER = re.compile(r"^Link (\d+): ([A-Za-z][A-Za-z ]*?): (\d+)$")
+
+
+def parse_nvlink_errors(text: str) -> list[NvlinkErrorsGpu]:
+    """``nvidia-smi nvlink -e``: per GPU, per link, each counter the driver prints (Replay, Recovery and CRC
+    Errors up to Hopper; other names on newer GPUs are kept as printed). Counts are since the driver loaded. A
+    ``Link N: ...`` line that is not a counter, or a count before any GPU, is refused."""
+    gpus: list[NvlinkErrorsGpu] = []
+    for raw in text.replace("\r\n", "\n").split("\n"):
+        line = raw.strip()
+        if not line or line.startswith("==="):
+            continue
+        head = re.match(r"^GPU (\d+): (.*) \(UUID: (GPU-[0-9a-fA-F-]+)\)$", line)
+        if head:
+            gpus.append(NvlinkErrorsGpu(int(head.group(1)), head.group(2), head.group(3)))
+            continue
+        counter = _LINK_COUNTER.match(line)
+        if counter and gpus:
+            gpus[-1].links.setdefault(int(counter.group(1)), {})[counter.group(2)] = int(counter.group(3))
+        elif line.startswith("Link ") or counter:
+            raise ValueError(f"not an NVLink error counter: {line[:120]!r}")
+    return gpus
+
+
 #: The GPU fields preflight asks for (one CSV row per GPU, in this order).
 GPU_FIELDS = ["index", "uuid", "serial", "pci.bus_id", "driver_version", "vbios_version", "ecc.mode.current",
               "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total", "ecc.errors.corrected.volatile.total",
@@ -112,10 +152,63 @@ GPU_FIELDS = ["index", "uuid", "serial", "pci.bus_id", "driver_version", "vbios_
 REMAP_FIELDS = ["gpu_bus_id", "remapped_rows.failure", "remapped_rows.pending", "remapped_rows.correctable",
                 "remapped_rows.uncorrectable"]
 
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+
+
+def parse_gpu_rows(text: str, fields: list[str], bus_field: str) -> list[dict[str, str]]:
+    """A per-GPU query's rows, each naming its GPU by a well-formed bus id. No row at all, or a row whose bus id is
+    not one (a prefix we do not know, a cut line), is refused: a GPU node always lists its GPUs."""
+    rows = parse_query_csv(text, fields)
+    if not rows:
+        raise ValueError("nvidia-smi listed no GPU (empty output)")
+    for row in rows:
+        if not _BUS_ID.match(row[bus_field]) or ("index" in row and not row["index"].isdigit()):
+            raise ValueError(f"not a GPU row: {', '.join(row.values())[:200]!r}")
+    return rows
+
+
+_QUERY_NAME = re.compile(r'"([a-z0-9_.]+)"')
+
+
+def parse_help_query(text: str) -> list[str]:
+    """``nvidia-smi --help-query-gpu``: every field name it accepts, aliases too (``"clocks_event_reasons.active"
+    or "clocks_throttle_reasons.active"`` from the 535 branch on; only the throttle names before it). The entries
+    are quoted names at the start of a line; descriptions follow on their own lines."""
+    names = [name for line in text.splitlines() if line.startswith('"') for name in _QUERY_NAME.findall(line)]
+    if not names:
+        raise ValueError("no field names in nvidia-smi --help-query-gpu's output")
+    return sorted(set(names))
+
+
+#: The names of a field across driver branches, newest first: the first one the driver lists is asked for.
+FIELD_ALIASES = {"clocks_event_reasons.active": ("clocks_event_reasons.active", "clocks_throttle_reasons.active")}
+
+
+def gpu_fields(accepted: list[str] | None) -> list[str]:
+    """:data:`GPU_FIELDS` as this driver names them (``accepted`` from :func:`parse_help_query`; None when the
+    probe failed: the newest names, and a driver that refuses one makes the GPU checks unknown, never ok). The
+    order is kept, so the rows parse under :data:`GPU_FIELDS`'s names whichever alias was asked for."""
+    if accepted is None:
+        return list(GPU_FIELDS)
+    known = set(accepted)
+    return [next((name for name in FIELD_ALIASES.get(field, (field,)) if name in known), field)
+            for field in GPU_FIELDS]
+
+
+def gpus_command(accepted: list[str] | None) -> fact.Fact:
+    """The GPUS fact asking for the field names this driver accepts."""
+    fields = gpu_fields(accepted)
+    return fact.command("gpus", ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                        lambda text: parse_gpu_rows(text, GPU_FIELDS, "pci.bus_id"))
+
+
+#: Which ``--query-gpu`` fields this driver knows: read once per node before the GPU query is built.
+GPU_QUERY_FIELDS = fact.command("gpu_query_fields", ["nvidia-smi", "--help-query-gpu"], parse_help_query)
 GPUS = fact.command("gpus", ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"],
-                    lambda text: parse_query_csv(text, GPU_FIELDS))
+                    lambda text: parse_gpu_rows(text, GPU_FIELDS, "pci.bus_id"))
 REMAPPED_ROWS = fact.command("remapped_rows", ["nvidia-smi", f"--query-remapped-rows={','.join(REMAP_FIELDS)}",
                                                "--format=csv,noheader"],
-                             lambda text: parse_query_csv(text, REMAP_FIELDS))
+                             lambda text: parse_gpu_rows(text, REMAP_FIELDS, "gpu_bus_id"))
 RETIRED_PAGES = fact.command("retired_pages", ["nvidia-smi", "-q", "-d", "PAGE_RETIREMENT"], parse_query_report)
 NVLINK = fact.command("nvlink", ["nvidia-smi", "nvlink", "-s"], parse_nvlink_status)
+NVLINK_ERRORS = fact.command("nvlink_errors", ["nvidia-smi", "nvlink", "-e"], parse_nvlink_errors)

@@ -1,10 +1,15 @@
-"""Slurm's view of the nodes: ``scontrol -o show node``, one line per node, and its pure parser.
+"""Slurm's view of the nodes: ``scontrol -o show node`` (one line per node), its default multi-line form, and
+``sinfo``'s default table, with their pure parsers.
 
 Read on the controller (or wherever ``scontrol`` reaches slurmctld), not on a cluster host. Slurm 22.05's
-scontrol has no JSON output, so the one-line form is parsed: ``Key=value`` pairs separated by spaces, where two
-values may hold spaces themselves — ``OS=Linux 6.1.0 #1 SMP ...`` and ``Reason=...``, which Slurm always writes
-last, followed by `` [user@timestamp]``. The keys read here are taken by name; everything after ``Reason=`` is the
-reason.
+scontrol has no JSON output, so the text is parsed: ``Key=value`` pairs separated by spaces, where two values may
+hold spaces themselves — ``OS=Linux 6.1.0 #1 SMP ...`` and ``Reason=...``, which the one-line form writes last,
+followed by `` [user@timestamp]`` (the multi-line form gives it a line of its own). The keys read here are taken by
+name.
+
+States are read as every Slurm release has written them: up to 20.11 the sinfo-style suffix on the base state
+(``IDLE*``, ``DOWN*+DRAIN``, ``IDLE~``), from 21.08 flags (``IDLE+DRAIN+NOT_RESPONDING``); both become the same
+flags, so a node that does not respond is never read as plain ``idle``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from provision.facts.fact import command
+from topology import hostlist
 
 _KEY = re.compile(r"(?:^|\s)(NodeName|State|AvailableFeatures|ActiveFeatures|Partitions)=(\S*)")
 _REASON = re.compile(r"\sReason=(?P<reason>.*?)(?:\s\[(?P<user>[^@\]]+)@(?P<at>[^\]]+)\])?\s*$")
@@ -44,30 +50,111 @@ class SlurmNode:
                 "active_features": list(self.active_features), "partitions": list(self.partitions)}
 
 
+#: sinfo's (and, up to Slurm 20.11, scontrol's) state suffixes, by sinfo(1): the flag each one stands for.
+STATE_SUFFIXES = {"*": "not_responding", "~": "powered_down", "#": "powering_up", "%": "powering_down",
+                  "!": "power_down", "$": "maintenance", "@": "reboot_requested", "^": "reboot_issued",
+                  "-": "planned"}
+
+
+#: sinfo's compact state names (%t) as scontrol writes the same states.
+COMPACT_STATES = {"alloc": "allocated", "mix": "mixed", "drng": "draining", "drain": "drained", "comp": "completing",
+                  "resv": "reserved", "maint": "maintenance", "plnd": "planned", "failg": "failing", "futr": "future",
+                  "inval": "invalid", "unk": "unknown", "pow_up": "powering_up", "pow_dn": "powering_down"}
+
+
+def parse_state(text: str) -> tuple[str, frozenset[str]]:
+    """``DOWN*+DRAIN`` or ``IDLE+DRAIN+NOT_RESPONDING`` -> ("down", {"drain", "not_responding"})."""
+    base, *flags = text.lower().split("+")
+    found = set()
+    for part in (base, *flags):
+        found |= {STATE_SUFFIXES[char] for char in part[len(part.rstrip("*~#!%$@^-")):]}
+    found |= {flag.rstrip("*~#!%$@^-") for flag in flags}
+    return base.rstrip("*~#!%$@^-"), frozenset(found - {""})
+
+
 def _features(value: str) -> tuple[str, ...]:
     return () if value in ("", "(null)") else tuple(item for item in value.split(",") if item)
 
 
-def parse_nodes(text: str) -> list[SlurmNode]:
-    """Every node of ``scontrol -o show node``; a line that is not a node is an error, never skipped."""
-    nodes = []
+def _records(text: str) -> list[tuple[int, str, str]]:
+    """(line number, the node's keys as one line, its reason line or "") per node, from either layout: a
+    multi-line record's indented lines join its ``NodeName=`` line, its ``Reason=`` line is kept apart."""
+    if text.strip() and not text.endswith("\n"):
+        raise SlurmOutputError(f"scontrol's output ends mid-line: cut short ({text.splitlines()[-1][:120]!r})")
+    records: list[tuple[int, str, str]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        if not line.startswith("NodeName="):
+        if line.startswith("NodeName="):
+            records.append((number, line, ""))
+        elif line[:1].isspace() and records:
+            start, head, reason = records[-1]
+            if line.strip().startswith("Reason="):
+                records[-1] = (start, head, line.strip())
+            elif reason and line.startswith("       "):  # a long reason goes on, indented by seven
+                records[-1] = (start, head, f"{reason} {line.strip()}")
+            else:
+                records[-1] = (start, f"{head} {line.strip()}", reason)
+        else:
             raise SlurmOutputError(f"line {number}: not a node: {line[:200]!r}")
+    return records
+
+
+def parse_nodes(text: str) -> list[SlurmNode]:
+    """Every node of ``scontrol [-o] show node``; a line that is not a node is an error, never skipped."""
+    nodes = []
+    for number, line, reason_line in _records(text):
         head, reason, user = line, "", ""
-        found = _REASON.search(line)
+        found = _REASON.search(" " + reason_line if reason_line else line)
         if found:
-            head, reason, user = line[:found.start()], found["reason"].strip(), found["user"] or ""
+            head = line if reason_line else line[:found.start()]
+            reason, user = found["reason"].strip(), found["user"] or ""
         keys = dict(_KEY.findall(head))
         if "State" not in keys:
             raise SlurmOutputError(f"line {number}: node {keys.get('NodeName', '?')} has no State=")
-        base, *flags = keys["State"].lower().split("+")
-        nodes.append(SlurmNode(keys["NodeName"], base.rstrip("*~#!%$@^-"), frozenset(flags), reason, user,
+        base, flags = parse_state(keys["State"])
+        nodes.append(SlurmNode(keys["NodeName"], base, flags, reason, user,
                                _features(keys.get("AvailableFeatures", "")),
                                _features(keys.get("ActiveFeatures", "")), _features(keys.get("Partitions", ""))))
     return nodes
+
+
+@dataclass(frozen=True)
+class SinfoRow:
+    partition: str
+    default: bool  # the partition sinfo marks with '*'
+    available: str
+    time_limit: str
+    state: str
+    flags: frozenset[str]
+    nodes: tuple[str, ...]
+
+
+def parse_sinfo(text: str) -> list[SinfoRow]:
+    """``sinfo``'s default table (PARTITION AVAIL TIMELIMIT NODES STATE NODELIST), node lists expanded; its
+    columns found by the header's names. No header, or a row whose node count disagrees with its list, is an
+    error: a table that did not say what it holds is not an empty cluster."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or lines[0].split()[:1] != ["PARTITION"]:
+        raise SlurmOutputError(f"not sinfo's default table: {(lines[0] if lines else '')[:200]!r}")
+    header = lines[0].split()
+    needed = ["PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST"]
+    if header != needed:
+        raise SlurmOutputError(f"sinfo's header is {' '.join(header)!r}, not {' '.join(needed)!r}")
+    rows = []
+    for number, line in enumerate(lines[1:], 2):
+        cells = line.split()
+        if len(cells) == 5 and cells[3] == "0":  # a partition with no node: "debug* up 8:00:00 0 n/a"
+            continue
+        if len(cells) != 6 or not cells[3].isdigit():
+            raise SlurmOutputError(f"line {number}: not a sinfo row: {line[:200]!r}")
+        names = tuple(hostlist.expand(cells[5]))
+        if len(names) != int(cells[3]):
+            raise SlurmOutputError(f"line {number}: {cells[3]} node(s) said, {len(names)} listed: {line[:200]!r}")
+        state, flags = parse_state(cells[4])
+        state = COMPACT_STATES.get(state, state)
+        rows.append(SinfoRow(cells[0].rstrip("*"), cells[0].endswith("*"), cells[1], cells[2], state, flags, names))
+    return rows
 
 
 def parse_listing(text: str) -> list[dict[str, object]]:
@@ -76,3 +163,4 @@ def parse_listing(text: str) -> list[dict[str, object]]:
 
 
 SLURM_NODES = command("slurm_nodes", ["scontrol", "-o", "show", "node"], parse_listing)
+SINFO = command("sinfo", ["sinfo"], parse_sinfo)

@@ -19,8 +19,11 @@ class Filesystem:
 
 def parse_df(text: str) -> list[Filesystem]:
     """POSIX ``df -P`` (1024-byte blocks); a mount point may contain spaces, so split from the left only."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    if not lines[0].startswith("Filesystem"):
+        raise ValueError(f"not df -P's header: {lines[0][:120]!r}")
     filesystems = []
-    for line in text.replace("\r\n", "\n").split("\n")[1:]:
+    for line in lines[1:]:
         if not line.strip():
             continue
         fields = line.split(None, 5)
@@ -28,6 +31,8 @@ def parse_df(text: str) -> list[Filesystem]:
             raise ValueError(f"not a df -P line: {line!r}")
         source, size, used, available, percent, mount = fields
         filesystems.append(Filesystem(source, int(size), int(used), int(available), int(percent[:-1]), mount))
+    if not any(fs.mount == "/" for fs in filesystems):  # every host has a root filesystem: a list without it was cut
+        raise ValueError(f"df -P listed no root filesystem ({len(filesystems)} lines)")
     return filesystems
 
 

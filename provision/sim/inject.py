@@ -8,7 +8,9 @@ and the tool stand-ins, exactly as it would on a real host.
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,11 @@ def ecc_uncorrectable(node: NodeContext, params: dict[str, Any], target: str | N
     append_kernel_log(node.root, kernel_log.xid_lines(gpu["bdf"], 48))
 
 
+def nvlink_errors_growing(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.gpu(target)["nvlink_error_growth"] = {"link": params["link"], "per_hour": params["per_hour"],
+                                               "since": time.time() - 3600}
+
+
 def row_remap_pending(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     gpu = node.gpu(target)
     gpu["remap_pending"] = True
@@ -190,6 +197,19 @@ def rank_fault(kind: str) -> Injector:
     return inject
 
 
+def rails_swapped(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """Two HCAs come up under each other's names (the driver probed them in another order, or the cards sit in
+    each other's slots): each class link points at the other's PCI device, so the spec's rail map is wrong."""
+    names = [hca.name for hca in node.hardware.hcas]
+    first = target or names[0]
+    second = params["with"] or names[(names.index(first) + 1) % len(names)]
+    links = node.root / "sys" / "class" / "infiniband"
+    one, other = os.readlink(links / first), os.readlink(links / second)
+    for name, pointed in ((first, other), (second, one)):
+        (links / name).unlink()
+        os.symlink(pointed, links / name)
+
+
 def degraded_hca_port(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     """Nothing a host tool reads changes (the port is ACTIVE at its rate): the slowness is in the data path of the
     rail's rank, which the rank shim applies to every inter-node collective it takes part in."""
@@ -207,6 +227,7 @@ INJECTORS: dict[str, Injector] = {
     "peermem_missing": peermem_missing,
     "peermem_unregistered": peermem_unregistered, "gpu_missing": gpu_missing, "pcie_downtrained": pcie_downtrained,
     "xid": xid, "ecc_uncorrectable": ecc_uncorrectable, "row_remap_pending": row_remap_pending,
-    "thermal_throttle": thermal_throttle, "hca_port_down": hca_port_down, "ib_link_low_rate": ib_link_low_rate,
+    "thermal_throttle": thermal_throttle, "nvlink_errors_growing": nvlink_errors_growing,
+    "hca_port_down": hca_port_down, "ib_link_low_rate": ib_link_low_rate, "rails_swapped": rails_swapped,
     "unknown_kernel_log_line": unknown_kernel_log_line, "disk_full": disk_full,
 }

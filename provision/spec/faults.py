@@ -68,12 +68,21 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               {"count": Param(int, 2, 1, 10_000)}),
     FaultKind("row_remap_pending", "node", _GPU, "preflight", "row_remap",
               "a row remap waits for a GPU reset; preflight's remapped-rows check fails"),
+    FaultKind("nvlink_errors_growing", "node", _GPU, "preflight", "nvlink_errors",
+              "one NVLink lane of a GPU keeps failing its CRC (the count grows by per_hour, some of it replayed); "
+              "preflight's NVLink error-counter check fails the node past thresholds.nvlink_errors",
+              {"link": Param(int, 3, 0, 17), "per_hour": Param(float, 3600.0, 1.0, 1e7)}),
     FaultKind("thermal_throttle", "node", _GPU, "preflight", "throttle",
               "thermal slowdown active at 91 C; preflight's throttle-reason check fails",
               {"temperature_c": Param(int, 91, 60, 120)}),
     FaultKind("slow_gpu", "rank", _GPU, "node", "matmul",
               "one GPU computes at a fraction of its peers; the node stage's matmul throughput check fails",
               {"factor": Param(float, 0.5, 0.01, 0.99)}),
+    FaultKind("rails_swapped", "node", _HCA, "preflight", "rail_map",
+              "two HCAs come up under each other's names (probe order, or cards in each other's slots), so the "
+              "spec's rail map pairs each GPU with an HCA behind another PCIe switch; preflight's rail-map check "
+              "names both paths",
+              {"with": Param(str, "")}),
     FaultKind("hca_port_down", "node", _HCA, "preflight", "ib_ports",
               "an HCA port stays down (polling); preflight's IB port check fails"),
     FaultKind("ib_link_low_rate", "node", _HCA, "preflight", "ib_ports",

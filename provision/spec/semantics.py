@@ -96,9 +96,6 @@ def _refuse_unread_keys(spec: ClusterSpec, problems: list[Problem]) -> None:
                                     "fabric.link_health (flaps within window_hours), which topology flaps reads; "
                                     "this key is read by nothing", "write fabric.link_health: {flaps: 5, "
                                     "window_hours: 24}"))
-        if "nvlink_errors" in given:
-            problems.append(Problem(("burnin", "thresholds", "nvlink_errors"), f"{NOT_YET}: no check reads the "
-                                    "NVLink error counters (nvidia-smi nvlink -e) yet", "remove the key"))
         if spec.burnin.repetitions != 1:
             problems.append(Problem(("burnin", "repetitions"), f"{NOT_YET}: each stage runs its measurements "
                                     "once (the collectives stage repeats a suspect run by itself)",

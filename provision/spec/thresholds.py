@@ -68,6 +68,8 @@ def effective_thresholds(
         "disk_usage_percent": Threshold(95.0, "cluster-health: any filesystem at 95% is an error"),
         "gpu_temperature_c": Threshold(84.0, "gcm example limit; throttling starts near 84-90 C"),
         "corrected_ecc": Threshold(2e7, "AzNHC corrected volatile ECC warning level"),
+        "nvlink_errors": Threshold(100, "NVLink replay + recovery + CRC errors per link since the driver loaded; "
+                                   "Imbue reports 5 as a silenced warning, gcm's example flit limit is 30"),
         "step_time_cv": Threshold(0.25, "spread of per-step training time (std/median)"),
         "collective_timeout_s": Threshold(60.0, "far below NCCL's 10-30 min default so hangs surface fast"),
     }

@@ -34,6 +34,8 @@ THROTTLE_REASONS = (  # (-q label, query field suffix, state name)
 )
 THROTTLE_BITS = {"gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
                  "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake": 0x80}
+#: The driver branch whose nvidia-smi names clock event reasons (the throttle names stay as aliases).
+EVENT_NAMES_FROM = 535
 SECTIONS = {"MEMORY", "UTILIZATION", "ECC", "TEMPERATURE", "POWER", "CLOCK", "COMPUTE", "PIDS", "PERFORMANCE",
             "SUPPORTED_CLOCKS", "PAGE_RETIREMENT", "ACCOUNTING", "ENCODER_STATS", "FBC_STATS", "ROW_REMAPPER"}
 
@@ -162,14 +164,40 @@ class Smi:
             "pcie.link.width.current": (str(width), ""), "pcie.link.width.max": (str(max_width), ""),
             "persistence_mode": ("Enabled" if self._service_active("nvidia-persistenced") else "Disabled", ""),
             "clocks_throttle_reasons.active": (f"0x{mask:016X}", ""),
-            "clocks_event_reasons.active": (f"0x{mask:016X}", ""),
         }
         for _label, suffix, key in THROTTLE_REASONS:
-            text = "Active" if key in active else "Not Active"
-            values[f"clocks_throttle_reasons.{suffix}"] = values[f"clocks_event_reasons.{suffix}"] = (text, "")
+            values[f"clocks_throttle_reasons.{suffix}"] = ("Active" if key in active else "Not Active", "")
+        if self.branch >= EVENT_NAMES_FROM:  # 535 renamed throttle reasons to event reasons, keeping the old names
+            values.update({name.replace("clocks_throttle_reasons.", "clocks_event_reasons."): value
+                           for name, value in list(values.items()) if name.startswith("clocks_throttle_reasons.")})
         if field not in values:
             raise ToolError(f'Field "{field}" is not a valid field to query.', 2)
         return values[field]
+
+    @property
+    def branch(self) -> int:
+        return int(self.driver.split(".")[0])
+
+    def help_query_gpu(self) -> None:
+        """``--help-query-gpu`` as the driver's branch prints it: each field's quoted name (with its older alias
+        after " or "), a line saying what it is, a blank line."""
+        print('List of valid properties to query for the switch "--query-gpu":\n')
+        for name in self._field_names():
+            if name.startswith("clocks_event_reasons."):
+                continue
+            if name.startswith("clocks_throttle_reasons.") and self.branch >= EVENT_NAMES_FROM:
+                shown = f'"{name.replace("clocks_throttle_reasons.", "clocks_event_reasons.")}" or "{name}"'
+            else:
+                shown = f'"{name}"'
+            print(f"{shown}\nThe simulated value of {name}.\n")
+
+    def _field_names(self) -> list[str]:
+        values = ["index", "uuid", "serial", "name", "pci.bus_id", "driver_version", "vbios_version",
+                  "temperature.gpu", "ecc.mode.current", "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total",
+                  "ecc.errors.corrected.volatile.total", "memory.total", "pcie.link.gen.current", "pcie.link.gen.max",
+                  "pcie.link.width.current", "pcie.link.width.max", "persistence_mode",
+                  "clocks_throttle_reasons.active"]
+        return values + [f"clocks_throttle_reasons.{suffix}" for _label, suffix, _key in THROTTLE_REASONS]
 
     def query_gpu(self, fields: list[str], options: set[str], index: str | None) -> None:
         rows = []
@@ -217,9 +245,13 @@ class Smi:
                     speed = "<inactive>" if link in inactive else f"{self.model.nvlink_link_gbps:g} GB/s"
                     out.append(f"\t Link {link}: {speed}")
             elif mode in ("-e", "--errorcounters"):
+                growth = gpu.get("nvlink_error_growth")
                 for link in links:
-                    for kind in ("Replay Errors", "Recovery Errors", "CRC Errors"):
-                        out.append(f"\t Link {link}: {kind}: 0")
+                    crc = 0
+                    if growth and growth["link"] == link:  # a failing lane: CRC errors pile up, some replayed
+                        crc = int(growth["per_hour"] * max(0.0, time.time() - growth["since"]) / 3600)
+                    for kind, count in (("Replay Errors", crc // 10), ("Recovery Errors", 0), ("CRC Errors", crc)):
+                        out.append(f"\t Link {link}: {kind}: {count}")
             else:
                 not_simulated("nvidia-smi nvlink", mode)
         print("\n".join(out))
@@ -305,6 +337,9 @@ def main(root: Path, args: list[str]) -> int:
         if rest:
             not_simulated("nvidia-smi -q", " ".join(rest))
         Smi(root).query(sections, index)
+        return 0
+    if args == ["--help-query-gpu"]:
+        Smi(root).help_query_gpu()
         return 0
     query = next((arg for arg in args if arg.startswith("--query-gpu=")), None)
     if query is not None:
