@@ -62,6 +62,44 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+SIOCGIFADDR = 0x8915  # linux/sockios.h: an interface's IPv4 address
+
+
+def _address_of(interface: str) -> str | None:
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            packed = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", interface[:15].encode()))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def interface_toward(host: str) -> str | None:
+    """The network interface this node reaches ``host`` (the rendezvous store) through: NCCL's bootstrap must use
+    it, not the first interface NCCL finds (on HGX nodes often a BMC's USB NIC or a link-local address)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((socket.gethostbyname(host), 9))  # no packet leaves: a UDP connect only picks the route
+            local = probe.getsockname()[0]
+    except OSError:
+        return None
+    return next((name for _, name in socket.if_nameindex() if _address_of(name) == local), None)
+
+
+def _nccl_bootstrap(master: str) -> dict[str, str]:
+    """``NCCL_SOCKET_IFNAME`` set to the interface toward the master (exact match), unless the spec set it."""
+    if master == "local" or "NCCL_SOCKET_IFNAME" in os.environ:
+        return {}
+    interface = interface_toward(master.rsplit(":", 1)[0])
+    if interface is None:
+        return {}
+    os.environ["NCCL_SOCKET_IFNAME"] = f"={interface}"
+    return {"NCCL_SOCKET_IFNAME": f"={interface}"}
+
+
 def _worker(module: Any, args: argparse.Namespace, local_rank: int, params: dict[str, Any]) -> None:
     """Runs in the forked child; never returns."""
     code = 1
@@ -158,6 +196,8 @@ def main(argv: list[str]) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind(("127.0.0.1", 0))
             args.master = f"127.0.0.1:{probe.getsockname()[1]}"
+    chosen = _nccl_bootstrap(args.master)
+    nccl_env = {name: value for name, value in os.environ.items() if name.startswith("NCCL_")}
     sys.stdout.flush()
     for local_rank in range(args.nproc):
         pid = os.fork()
@@ -168,7 +208,8 @@ def main(argv: list[str]) -> int:
     alive = [pid for pid in pids.values() if _alive(pid)]
     emit("agent", node=os.environ.get("SLURMD_NODENAME") or socket.gethostname(), node_rank=args.node_rank,
          workers={str(k): v for k, v in sorted(outcome.items())},
-         seconds=round(time.monotonic() - started, 3), left_alive=len(alive))
+         seconds=round(time.monotonic() - started, 3), left_alive=len(alive), nccl_env=nccl_env,
+         nccl_env_chosen=sorted(chosen))
     return 0 if all(v["exit"] == 0 for v in outcome.values()) else 1
 
 

@@ -76,6 +76,8 @@ def test_busbw_is_recorded_per_scope_and_operation(burned_in: dict) -> None:
     rows = report[-1]["busbw"]
     assert {row["op"] for row in rows} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
     assert {row["scope"] for row in rows} >= {"all", "rail0", "rail1"}
+    env = report[-1]["nccl_env"]["sim01"]  # what every node's agent told NCCL
+    assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_3,mlx5_4,mlx5_5" and env["NCCL_SOCKET_IFNAME"] == "=lo", env
     for row in rows:
         n = row["ranks"]
         factor = 2 * (n - 1) / n if row["op"] == "all_reduce" else (n - 1) / n

@@ -79,6 +79,20 @@ def free_port(seed: int | None = None) -> int:
     return random.Random(seed).randrange(20000, 32000)
 
 
+def nccl_environment(loaded: LoadedSpec, nodes: list[ResolvedNode]) -> dict[str, str]:
+    """What NCCL is told on every node; the spec's ``burnin.nccl_env`` wins over each.
+
+    NCCL says which transport it chose at INFO level (the collectives check it); ``NCCL_IB_HCA`` names exactly the
+    rail HCAs of the profile (``=`` is NCCL's exact match: ``mlx5_1`` must not also select ``mlx5_10``), so a
+    front-end or storage HCA never carries the collectives. ``NCCL_SOCKET_IFNAME`` is chosen on each node by the
+    agent: the interface toward the rendezvous address."""
+    rails = loaded.spec.hardware[nodes[0].hardware].rails if nodes else {}
+    chosen = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+    if rails:
+        chosen["NCCL_IB_HCA"] = "=" + ",".join(hca for hca, _ in sorted(rails.items(), key=lambda item: item[1]))
+    return {**chosen, **loaded.spec.burnin.nccl_env}
+
+
 def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, test: str, nproc: int,
            params: dict[str, Any], deadline_s: float, port: int | None = None,
            separate: bool = False) -> LaunchResult:
@@ -86,9 +100,7 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
     served by its agent on a port the OS picks."""
     burnin = loaded.spec.burnin
     base_port = port or free_port()
-    # NCCL says which transport it chose at INFO level; the collectives check it (the spec's own setting wins)
-    variables = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", **burnin.nccl_env}
-    env = [f"--env={name}={value}" for name, value in sorted(variables.items())]
+    env = [f"--env={name}={value}" for name, value in sorted(nccl_environment(loaded, nodes).items())]
     if burnin.launcher == "slurm":
         return launch_srun(loaded, nodes, test=test, nproc=nproc, params=params, deadline_s=deadline_s,
                            master="local" if separate else f"{nodes[0].address}:{base_port}", env=env,

@@ -561,7 +561,8 @@ class CollectivesStage:
         the rails."""
         found = stragglers(result, self.limits["outlier_mad"])
         self.finished_runs = {run.node: run for run in result.nodes}
-        self.report.append({"attempt": attempt, "busbw": bus_bandwidth(result), "stragglers": found})
+        self.report.append({"attempt": attempt, "busbw": bus_bandwidth(result), "stragglers": found,
+                            "nccl_env": {run.node: (run.agent or {}).get("nccl_env") for run in result.nodes}})
         confirmed = {host: score for host, score in found.items() if host in self.suspects}
         if found and not confirmed and attempt < MAX_ATTEMPTS and not self.suspects:
             self.suspects = found  # judged against the fleet, then repeated before anyone is failed
