@@ -18,6 +18,20 @@ def device_for(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def cuda_runtime() -> dict:
+    """What this worker's torch can do with the node's GPUs: the CUDA it was built for (None: a CPU build, as CI and
+    the simulated cluster run), and, where a CUDA build finds no usable GPU, why (an HGX node whose
+    nvidia-fabricmanager is down says CUDA error 802, "system not yet initialized")."""
+    build = torch.version.cuda
+    if build is None or torch.cuda.is_available():
+        return {"cuda_build": build}
+    try:
+        torch.cuda.init()
+    except Exception as error:  # the reason is the record
+        return {"cuda_build": build, "cuda_error": f"{type(error).__name__}: {str(error)[:300]}"}
+    return {"cuda_build": build, "cuda_error": "torch.cuda.is_available() is False"}
+
+
 def compute_clock(device: torch.device):
     """The clock that measures how long the *device* worked: the wall clock after a CUDA synchronise on a GPU;
     on the CPU, the calling thread's CPU time, so several workers sharing a few cores are each timed by the

@@ -21,7 +21,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from fabric_tests.devices import compute_clock, device_for, init_group, synchronize
+from fabric_tests.devices import compute_clock, cuda_runtime, device_for, init_group, synchronize
 
 
 def matmul_plan(device_type: str, n: int, free_bytes: int | None = None) -> tuple[torch.dtype, list[int]]:
@@ -111,4 +111,4 @@ def run(context: dict) -> dict:
         busbw, correct = _allreduce(device, context, params["allreduce_bytes"], params["allreduce_iters"])
         dist.destroy_process_group()
     return {"device": str(device), **matmul, "memory_gbps": memory, "allreduce_busbw_gbps": busbw,
-            "allreduce_correct": correct}
+            "allreduce_correct": correct, **cuda_runtime()}

@@ -40,6 +40,7 @@ def check_file(loaded: LoadedSpec, node_name: str) -> dict[str, Any]:
     fields = asdict(expect)
     fields["gpu_pcie"], fields["hca_pcie"] = list(expect.gpu_pcie), list(expect.hca_pcie)
     fields["rail_hcas"] = list(expect.rail_hcas)
+    fields["rails"] = [list(pair) for pair in expect.rails]
     fields["uuid_blocklist"] = sorted(expect.uuid_blocklist)
     fields["allowlist"] = [pattern.pattern for pattern in expect.allowlist]
     return {"format": FORMAT, "node": node_name, "cluster": loaded.spec.cluster.name, "spec_sha256": loaded.sha256,
@@ -73,6 +74,7 @@ def read_check_file(path: Path) -> tuple[str, preflight.Expectations]:
         fields = dict(content["expectations"])
         fields["gpu_pcie"], fields["hca_pcie"] = tuple(fields["gpu_pcie"]), tuple(fields["hca_pcie"])
         fields["rail_hcas"] = tuple(fields["rail_hcas"])
+        fields["rails"] = tuple((str(hca), int(gpu)) for hca, gpu in fields.get("rails", []))
         fields["uuid_blocklist"] = frozenset(fields["uuid_blocklist"])
         fields["allowlist"] = tuple(re.compile(pattern) for pattern in fields["allowlist"])
         return str(content["node"]), preflight.Expectations(**fields)

@@ -28,6 +28,8 @@ FAULTS = [
     {"kind": "pcie_downtrained", "node": "sim03", "target": "gpu6", "params": {"width": 4}},
     {"kind": "xid", "node": "sim04", "target": "gpu2", "params": {"code": 79}},
     {"kind": "row_remap_pending", "node": "sim04", "target": "gpu5"},
+    {"kind": "fabricmanager_down", "node": "sim04"},
+    {"kind": "mig_enabled", "node": "sim03", "target": "gpu2"},
     {"kind": "thermal_throttle", "node": "sim05", "target": "gpu0"},
     {"kind": "hca_port_down", "node": "sim05", "target": "mlx5_6"},
     {"kind": "rails_swapped", "node": "sim05", "target": "mlx5_0", "params": {"with": "mlx5_3"}},
@@ -93,7 +95,7 @@ def test_status_shows_the_quarantine_reasons(burned_in: dict) -> None:
     assert shown.returncode == 0
     nodes = {node["name"]: node for node in json.loads(shown.stdout)["nodes"]}
     assert nodes["sim04"]["state"] == "quarantined" and nodes["sim04"]["stage"] == "preflight"
-    assert nodes["sim04"]["reason"].startswith("preflight/row_remap: ") and "(+1 more)" in nodes["sim04"]["reason"]
+    assert nodes["sim04"]["reason"].startswith("preflight/row_remap: ") and "(+2 more)" in nodes["sim04"]["reason"]
 
 
 def test_a_gpu_lost_after_provisioning_fails_gpu_count(burned_in: dict) -> None:

@@ -62,7 +62,7 @@ def test_fact(path: Path) -> None:
 HEALTHY_H100 = {
     "gpu_count": 2, "gpu_model": "H100-SXM-80GB", "driver": "535.183.01", "gpu_pcie": [5, 16], "hca_pcie": [5, 16],
     "rail_hcas": ["mlx5_0"], "link_gbps": 400, "nvlink_links": 3, "gpudirect": "peermem", "acs_disable": True,
-    "acs_scope": "all_bridges",
+    "acs_scope": "all_bridges", "nvswitch": True,
     "thresholds": {"corrected_ecc": 10, "gpu_temperature_c": 85, "disk_usage_percent": 95, "nvlink_errors": 100},
 }
 

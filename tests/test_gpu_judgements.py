@@ -54,8 +54,21 @@ def test_cpu_records_are_compared_with_node_mates_only() -> None:
     cpu = [{**record, "device": "cpu", "tflops": 0.09} for record in case["records"]]
     results = {result.check: result.outcome for result in node_stage.judge_node_records(cpu, 8,
                                                                                         limits_for("H100-SXM-80GB"))}
-    assert results == {"bit_exact": Outcome.OK, "matmul": Outcome.OK, "intranode_allreduce": Outcome.SILENCED,
-                       "memory_bandwidth": Outcome.SILENCED}
+    assert results == {"gpu_runtime": Outcome.OK, "bit_exact": Outcome.OK, "matmul": Outcome.OK,
+                       "intranode_allreduce": Outcome.SILENCED, "memory_bandwidth": Outcome.SILENCED}
+
+
+def test_a_cuda_build_on_the_cpu_fails_the_node_with_cudas_reason() -> None:
+    """fabric manager down on an HGX node: torch (built for CUDA 12.4) finds no usable GPU and the worker falls back
+    to the CPU. Its CPU figures are not the GPU's: the node fails gpu_runtime with CUDA's own words, and nothing else
+    is judged on them."""
+    case = json.loads((DATA / "gpu" / "h100_fp32_records.json").read_text())
+    error = ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+             "NumCudaDevices() that might have already set an error? Error 802: system not yet initialized")
+    cpu = [{**record, "device": "cpu", "cuda_build": "12.4", "cuda_error": error} for record in case["records"]]
+    results = node_stage.judge_node_records(cpu, 8, limits_for("H100-SXM-80GB"))
+    assert [(result.check, result.outcome) for result in results] == [("gpu_runtime", Outcome.FAILED)]
+    assert "Error 802: system not yet initialized" in results[0].message and "CUDA 12.4" in results[0].message
 
 
 @pytest.mark.parametrize(("log", "gpudirect", "outcome", "message"), [

@@ -141,3 +141,35 @@ def test_ibportstate_before_2009_titles_its_block_plain_portinfo() -> None:
     assert (block.title, block.where, block.port) == ("PortInfo", "Lid 7", 31)
     assert final_state(text) == ("Down", "Disabled")
     assert final_state("PortInfo:\nibportstate: iberror: failed: smp query portinfo failed\n") is None
+
+
+def test_error_detail_blocks_join_their_port_counters():
+    """``perfquery -x -E``: the PortRcvErrorDetails block (format: treydock/infiniband_exporter's perfquery-rcv-error
+    fixtures) adds which receive errors grew to the same port's counters."""
+    text = ("# Port extended counters: Lid 2052 port 1 (CapMask: 0x5A00)\nPortSelect:......................1\n"
+            "SymbolErrorCounter:..............12\nPortRcvErrors:...................7\n"
+            "# PortRcvErrorDetails counters: Lid 2052 port 1\nPortSelect:......................1\n"
+            "CounterSelect:...................0x0000\nPortLocalPhysicalErrors:.........7\n"
+            "PortMalformedPktErrors:..........0\n")
+    [block] = counters.parse_perfquery(text)
+    assert (block.lid, block.port) == (2052, 1)
+    assert block.values["PortRcvErrors"] == 7 and block.values["PortLocalPhysicalErrors"] == 7
+
+
+@needs_fixtures
+def test_the_recorded_rcv_error_details_parse():
+    for path in sorted((SHARED_FIXTURES / "infiniband_exporter" / "perfquery-rcv-error").glob("*.out")):
+        blocks = counters.parse_perfquery(path.read_text())
+        assert blocks and "PortLocalPhysicalErrors" in blocks[0].values, path
+
+
+def test_ufm_5_link_events_name_their_switch_end():
+    """UFM 5.x wrote link events with a ``[Source ... TO Dest: ...]`` object and ``<guid> (Switch: name) : port``
+    ends (our line, in the layout IBM/CAST's csm_big_data/logstash/patterns/mellanox_grok.conf reads)."""
+    line = ("2019-03-04 10:12:45.301 [12031] [329] WARNING [Fabric_Topology] Link [Source 248a0703007d2a40_7 TO Dest: "
+            "506b4b0300a7b3e2_1]: Link went down: 248a0703007d2a40 (Switch: leaf-07) : 7 - 506b4b0300a7b3e2 "
+            "(Computer: node113 HCA-1) : 1")
+    log = ufm_events.parse_event_log(line + "\n")
+    [event] = log.events
+    assert (event.device, event.port, event.peer, event.kind) == ("leaf-07", 7, ("node113 HCA-1", 1), "down")
+    assert log.malformed == 0

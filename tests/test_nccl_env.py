@@ -21,7 +21,7 @@ def test_the_rail_hcas_are_named_exactly_in_gpu_order(tmp_path: Path) -> None:
     env = nccl_environment(loaded, loaded.nodes)
     # '=' is NCCL's exact match: mlx5_1 would otherwise also pick mlx5_10 and mlx5_11
     assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11"
-    assert env["NCCL_DEBUG"] == "INFO"
+    assert env["NCCL_DEBUG"] == "INFO" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_the_spec_wins_over_every_chosen_variable(tmp_path: Path) -> None:
@@ -36,3 +36,15 @@ def test_the_spec_wins_over_every_chosen_variable(tmp_path: Path) -> None:
 
 def test_the_bootstrap_interface_is_the_one_toward_the_master() -> None:
     assert interface_toward("127.0.0.11") == "lo"
+
+
+def test_perftest_counts_gpus_in_pci_order(tmp_path: Path) -> None:
+    """ib_write_bw --use_cuda=N picks CUDA's GPU N: it must run with PCI bus order, as nvidia-smi numbers GPUs."""
+    from fabric_tests.perftest import _start
+
+    tool = tmp_path / "ib_write_bw"
+    tool.write_text('#!/bin/sh\necho "order=$CUDA_DEVICE_ORDER"\n')
+    tool.chmod(0o755)
+    process = _start(str(tool), {"device": "mlx5_0", "port": 18515, "args": ["--use_cuda=3"]})
+    stdout, _ = process.communicate(timeout=10)
+    assert stdout.strip() == "order=PCI_BUS_ID"

@@ -45,6 +45,8 @@ HEALTHY = {"gpus": "gpus/h100_healthy", "remapped_rows": "remapped_rows/healthy"
            "retired_pages": "retired_pages/healthy", "nvlink": "nvlink/healthy", "kernel_log": "kernel_log/clean",
            "lspci": "lspci/healthy", "ibstat": "ibstat/active_ndr", "df": "df/healthy", "swaps": "swaps/none",
            "nv_mem": "nv_mem/registered", "nvlink_errors": "nvlink_errors/healthy",
+           "topology": "topology/two_gpus_one_rail", "fabric_manager": "fabric_manager/active",
+           "dpkg_status": "dpkg_status/driver_535",
            "modules": "modules/peermem_loaded", "pci_devices": "pci_devices/one_device",
            "infiniband": "infiniband/one_device"}
 
@@ -107,7 +109,7 @@ def test_no_check_passes_on_a_degraded_fact(host, name: str, degraded: str) -> N
 
 
 def test_every_registered_fact_is_walked() -> None:
-    others = {"nccl_all_reduce_perf", "slurm_nodes", "sinfo", "gpu_query_fields"}
+    others = {"nccl_all_reduce_perf", "slurm_nodes", "sinfo", "gpu_query_fields", "query_xml"}
     assert set(FACTS) == set(PREFLIGHT_FACTS) | others
 
 
@@ -215,3 +217,12 @@ def test_a_driver_that_refuses_a_field_leaves_the_gpu_checks_unknown() -> None:
     assert "not a valid field" in gathered.problems["gpus"]
     outcomes = _evaluate(gathered, _expectations({"allowlist": "builtin"}))
     assert all(outcomes[check] is Outcome.UNKNOWN for check in ("gpu_count", "driver", "ecc", "throttle")), outcomes
+
+
+@pytest.mark.parametrize("degraded", sorted(DEGRADED))
+def test_the_xml_report_refuses_a_degraded_output(degraded: str) -> None:
+    from provision.facts.nvidia_smi import parse_query_xml
+
+    output = DEGRADED[degraded](json.loads((CASES / "query_xml" / "two_h100.json").read_text())["output"])
+    with pytest.raises(ValueError):
+        parse_query_xml(output)

@@ -12,7 +12,7 @@ import yaml
 from provision.facts.infiniband import parse_ibstat, parse_infiniband_class, read_tree
 from provision.facts.kernel_log import find_xids, parse_kernel_log
 from provision.facts.lspci import parse_lspci_verbose
-from provision.facts.nvidia_smi import parse_nvlink_status, parse_query_csv, parse_query_report
+from provision.facts.nvidia_smi import parse_nvlink_status, parse_query_csv, parse_query_report, parse_topo_matrix
 from provision.facts.packages import parse_dpkg_status, parse_proc_modules
 from provision.spec.faults import CATALOG
 from tests.conftest import run_cli
@@ -293,6 +293,27 @@ def observe_rails_swapped(host: SimHost) -> None:
     assert os.readlink(links / "mlx5_3").split("/")[-3] == devices["mlx5_0"]
     assert os.readlink(links / "mlx5_0").split("/")[-3] == devices["mlx5_3"]
     assert parse_ibstat(host.run("ibstat").stdout)["mlx5_0"].ports[1].state == "ACTIVE"
+    _install_driver(host)  # the driver's own matrix follows the PCIe tree, not the spec: GPU 0 sits beside "mlx5_3"
+    topo = parse_topo_matrix(host.run("nvidia-smi", "topo", "-m").stdout)
+    by_name = {topo.name(device): device for device in topo.devices}
+    assert topo.relation["GPU0"][by_name["mlx5_3"]] == "PXB" and topo.relation["GPU0"][by_name["mlx5_0"]] != "PXB"
+
+
+def observe_fabricmanager_down(host: SimHost) -> None:
+    from provision.facts.packages import FABRIC_MANAGER
+
+    _install_driver(host)
+    host.run("apt-get", "install", "-y", f"nvidia-fabricmanager-535={PINNED}-1")
+    assert host.run("systemctl", "start", "nvidia-fabricmanager").returncode == 0  # the start itself succeeds
+    unit = FABRIC_MANAGER.parse(host.run(*FABRIC_MANAGER.argv).stdout)
+    assert (unit["LoadState"], unit["ActiveState"]) == ("loaded", "failed")
+    assert host.run("systemctl", "is-active", "nvidia-fabricmanager", check=False).stdout.strip() == "failed"
+
+
+def observe_mig_enabled(host: SimHost) -> None:
+    _install_driver(host)
+    rows = _gpu_rows(host, "index,mig.mode.current")
+    assert [row["index"] for row in rows if row["mig.mode.current"] == "Enabled"] == ["2"]
 
 
 def observe_hca_port_down(host: SimHost) -> None:
@@ -369,6 +390,8 @@ NODE_FAULTS = {
     "thermal_throttle": ({"target": "gpu7"}, observe_thermal_throttle),
     "nvlink_errors_growing": ({"target": "gpu5"}, observe_nvlink_errors_growing),
     "rails_swapped": ({"target": "mlx5_0", "params": {"with": "mlx5_3"}}, observe_rails_swapped),
+    "fabricmanager_down": ({}, observe_fabricmanager_down),
+    "mig_enabled": ({"target": "gpu2"}, observe_mig_enabled),
     "hca_port_down": ({"target": "mlx5_3"}, observe_hca_port_down),
     "ib_link_low_rate": ({"target": "mlx5_5", "params": {"rate": "HDR"}}, observe_ib_link_low_rate),
     "unknown_kernel_log_line": ({}, observe_unknown_kernel_log_line),
@@ -406,6 +429,12 @@ def test_stand_ins_only_touch_their_own_host(tmp_path: Path) -> None:
     assert len(nvlink) == 8 and all(len(gpu.links) == 18 and not gpu.inactive_links for gpu in nvlink)
     topo = two.run("nvidia-smi", "topo", "-m").stdout
     assert "NV18" in topo and "NIC0: mlx5_0" in topo
+    matrix = parse_topo_matrix(topo)  # worked out from the PCIe tree: each rail HCA is its GPU's one PXB neighbour
+    rails = yaml.safe_load((state.parent / "spec.yaml").read_text())["hardware"]["hgx-h100"]["rails"]
+    by_name = {matrix.name(device): device for device in matrix.devices}
+    for hca, gpu in rails.items():
+        row = matrix.relation[f"GPU{gpu}"]
+        assert row[by_name[hca]] == "PXB" and [row[by_name[other]] for other in rails].count("PXB") == 1, (hca, row)
     assert os.access(two.paths.bin / "nvidia-smi", os.X_OK)
 
 

@@ -1,5 +1,8 @@
 """Port counters from ``perfquery -x`` (one port) and ``perfquery -l -x`` (all ports), and their deltas.
 
+The error-detail blocks (``perfquery -E``: PortRcvErrorDetails, ``-D``: PortXmitDiscardDetails) are read into the
+same port's counters, so a snapshot taken with ``-x -E`` carries which kind of receive error grew.
+
 A snapshot is only half a fact: error counters count since the last reset, saturate at their width
 (LinkDownedCounter at 255 in the gpud fixture) and go back to zero when someone clears them or the
 port resets. So the tool always works on the delta between two timestamped snapshots:
@@ -16,7 +19,8 @@ from dataclasses import dataclass, field
 
 from topology.errors import LineError
 
-_HEADER = re.compile(r"^#\s*Port (?:extended )?counters:\s*Lid\s+(\d+)\s+port\s+(\d+)", re.IGNORECASE)
+_HEADER = re.compile(r"^#\s*(?:Port (?:extended )?counters|Port\w*Details counters):\s*Lid\s+(\d+)\s+port\s+(\d+)",
+                     re.IGNORECASE)
 _FIELD = re.compile(r"^(\w+):\.*\s*(0x[0-9a-fA-F]+|\d+)\s*$")
 
 #: Error counters judged on deltas, with infiniband-diags' default thresholds (field guide 7.4).
@@ -55,7 +59,13 @@ def parse_perfquery(text: str) -> list[PortCounters]:
             continue
         header = _HEADER.match(line)
         if header:
-            blocks.append(PortCounters(int(header.group(1)), int(header.group(2))))
+            lid, port = int(header.group(1)), int(header.group(2))
+            same = next((block for block in blocks if (block.lid, block.port) == (lid, port)), None)
+            if same is None:
+                blocks.append(PortCounters(lid, port))
+            else:  # another block of the same port (-x then -E): one set of counters, in the order they came
+                blocks.remove(same)
+                blocks.append(same)
             continue
         found = _FIELD.match(line)
         if found is None:

@@ -51,6 +51,10 @@ _EVENT = re.compile(
 _WELL_FORMED = re.compile(r"\n\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[\d+\] \[(\d+)\] ")
 _LINK_DOWN = re.compile(r"\((\w[\w ]*):([^:()]+):([\d/]+)\)[^:]*:(\d+) - \((\w[\w ]*):([^:()]+):([\d/]+)\)[^:]*:(\d+)"
                         r"(?:, cable S/N: ?(\S+))?")
+#: UFM 5.x's link events: ``[Source ... TO Dest: ...]: Link went down: <guid> (Switch: <name>) : <port> - <guid>
+#: (Computer: <host> HCA-1) : <port>`` (the layout IBM CAST's Mellanox grok patterns read).
+_OLD_LINK = re.compile(r"(?:0x)?[0-9a-fA-F]+ \((Switch|Computer): ([^)]+?)\) : (\d+) - (?:0x)?[0-9a-fA-F]+ "
+                       r"\((Switch|Computer): ([^)]+?)\) : (\d+)")
 _MALFORMED = re.compile(r"\n(?!\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[\d+\] \[\d+\] )([^\n]*\S[^\n]*)")
 SAMPLES = 5
 
@@ -165,14 +169,18 @@ def parse_event_log(text: str, timezone: str = "UTC") -> EventLog:
             log.skipped_devices += 1
             continue
         peer, serial = None, ""
-        if code == 329:
-            found = _LINK_DOWN.search(message)
-            if found:
-                ends = [(found.group(2), int(found.group(4))), (found.group(6), int(found.group(8)))]
-                mine = [end for end in ends if end[0] == device]
-                peer = next((end for end in ends if end[0] != device), ends[1]) if mine else ends[1]
-                port = port if port is not None else (mine[0][1] if mine else ends[0][1])
-                serial = found.group(9) or ""
+        found = _LINK_DOWN.search(message) if code == 329 else None
+        old = _OLD_LINK.search(message) if code == 329 and found is None else None
+        if found:
+            ends = [(found.group(2), int(found.group(4))), (found.group(6), int(found.group(8)))]
+            mine = [end for end in ends if end[0] == device]
+            peer = next((end for end in ends if end[0] != device), ends[1]) if mine else ends[1]
+            port = port if port is not None else (mine[0][1] if mine else ends[0][1])
+            serial = found.group(9) or ""
+        elif old:  # UFM 5.x: the object is "Source ... TO Dest", the switch end is in the message
+            first_switch = old.group(1) == "Switch" or old.group(4) != "Switch"
+            near, far = (old.group(2, 3), old.group(5, 6)) if first_switch else (old.group(5, 6), old.group(2, 3))
+            device, port, peer = near[0], int(near[1]), (far[0], int(far[1]))
         elif code == 702 and "MANUAL" in message:
             continue  # an operator's manual isolation, not a flap
         if port is None:

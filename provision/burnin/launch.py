@@ -80,14 +80,15 @@ def free_port(seed: int | None = None) -> int:
 
 
 def nccl_environment(loaded: LoadedSpec, nodes: list[ResolvedNode]) -> dict[str, str]:
-    """What NCCL is told on every node; the spec's ``burnin.nccl_env`` wins over each.
+    """What NCCL and CUDA are told on every node; the spec's ``burnin.nccl_env`` wins over each.
 
     NCCL says which transport it chose at INFO level (the collectives check it); ``NCCL_IB_HCA`` names exactly the
     rail HCAs of the profile (``=`` is NCCL's exact match: ``mlx5_1`` must not also select ``mlx5_10``), so a
     front-end or storage HCA never carries the collectives. ``NCCL_SOCKET_IFNAME`` is chosen on each node by the
     agent: the interface toward the rendezvous address."""
     rails = loaded.spec.hardware[nodes[0].hardware].rails if nodes else {}
-    chosen = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+    # CUDA numbers GPUs fastest first unless told otherwise: local rank N must be the GPU nvidia-smi calls N
+    chosen = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if rails:
         chosen["NCCL_IB_HCA"] = "=" + ",".join(hca for hca, _ in sorted(rails.items(), key=lambda item: item[1]))
     return {**chosen, **loaded.spec.burnin.nccl_env}

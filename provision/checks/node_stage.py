@@ -94,10 +94,30 @@ def judge_memory_bandwidth(records: list[dict[str, Any]], limits: dict[str, floa
                        f"slowest device copy {memory:.3g} GB/s" + ("" if judged else " (CPU backend: not judged)"))
 
 
+def judge_gpu_runtime(records: list[dict[str, Any]]) -> CheckResult:
+    """A GPU node runs on its GPUs or fails: a worker of a CUDA build of torch that ran on the CPU could not use its
+    GPU (fabric manager down, driver and library out of step, a GPU lost), and every figure it measured is a CPU's.
+    A CPU build (CI, the simulated cluster) runs on the CPU by design and is judged as such."""
+    lost = [f"GPU {record['local_rank']}: ran on the CPU, torch built for CUDA {record['cuda_build']}: "
+            f"{record.get('cuda_error', 'CUDA not available')}" for record in records
+            if str(record.get("device", "")).startswith("cpu") and record.get("cuda_build")]
+    if lost:
+        return CheckResult("gpu_runtime", Outcome.FAILED, lost[0], "check nvidia-fabricmanager (systemctl status; "
+                           "CUDA error 802 until it runs), nvidia-smi, and that the driver matches its libraries",
+                           lost)
+    builds = sorted({str(record.get("cuda_build")) for record in records})
+    return CheckResult("gpu_runtime", Outcome.OK, "every worker on its GPU" if any(
+        str(record.get("device", "")).startswith("cuda") for record in records)
+        else f"CPU workers of a CPU build of torch (cuda_build {', '.join(builds)})")
+
+
 def judge_node_records(records: list[dict[str, Any]], gpus: int, limits: dict[str, float]) -> list[CheckResult]:
-    """A node's checks, a wrong answer first (it outranks a slow one)."""
+    """A node's checks, a GPU that could not be used first, then a wrong answer (it outranks a slow one)."""
     records = sorted(records, key=lambda record: record["local_rank"])
-    return [judge_bit_exact(records), judge_matmul(records, limits),
+    runtime = judge_gpu_runtime(records)
+    if runtime.outcome is Outcome.FAILED:  # a CPU's figures say nothing of the GPU
+        return [runtime]
+    return [runtime, judge_bit_exact(records), judge_matmul(records, limits),
             judge_intranode_allreduce(records, gpus, limits), judge_memory_bandwidth(records, limits)]
 
 

@@ -25,8 +25,9 @@ from provision.spec.thresholds import effective_thresholds
 
 #: What preflight reads from a host; each fact's command (or file) and parser live in its own module.
 PROBES: tuple[Fact, ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
-                            nvidia_smi.NVLINK_ERRORS, kernel_log.KERNEL_LOG, lspci.LSPCI, infiniband.IBSTAT, system.DF)
-FILES: tuple[Fact, ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES)
+                            nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, lspci.LSPCI,
+                            infiniband.IBSTAT, system.DF, packages.FABRIC_MANAGER)
+FILES: tuple[Fact, ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES, packages.DPKG_STATUS)
 LINKS: tuple[Fact, ...] = (lspci.PCI_DEVICES, infiniband.INFINIBAND)
 GPU_FIELDS, REMAP_FIELDS = nvidia_smi.GPU_FIELDS, nvidia_smi.REMAP_FIELDS
 
@@ -69,6 +70,7 @@ class Expectations:
     uuid_blocklist: frozenset[str] = frozenset()
     allowlist: tuple = ()
     rails: tuple[tuple[str, int], ...] = ()  # (HCA, the GPU index the spec pairs it with)
+    nvswitch: bool = False  # an NVSwitch board: CUDA needs nvidia-fabricmanager running
 
 
 def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
@@ -90,6 +92,7 @@ def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
         uuid_blocklist=frozenset(uuid.upper() for uuid in spec.burnin.uuid_blocklist),
         allowlist=tuple(kernel_allowlist.load(allowlist_file)),
         rails=tuple(sorted(profile.rails.items(), key=lambda item: item[1])),
+        nvswitch=profile.nvlink.present and profile.nvlink.nvswitch,
     )
 
 
@@ -365,14 +368,51 @@ def check_rail_map(gathered: Gathered, expect: Expectations) -> list[CheckResult
             failures.append(f"GPU {index} ({gpu_chain[-1]}) sits beside {nearest} (under {bridge}); the spec pairs it "
                             f"with {hca} ({hca_chains[hca][-1]}), {shared(hca)} bridge(s) up instead of "
                             f"{shared(nearest)}")
+    topo = _topology(gathered)
+    if not judged and topo is not None:
+        failures, judged = _rail_map_from_topology(topo, expect)
     if not judged:
-        raise Unknown("no rail's GPU and HCA were found on the PCIe tree (pci_devices and infiniband links)")
+        raise Unknown("no rail's GPU and HCA were found on the PCIe tree (pci_devices and infiniband links) or in "
+                      "nvidia-smi topo -m")
     result = _result("rail_map", failures, f"{judged} rails: each HCA beside its GPU",
                      "fix hardware.<profile>.rails in the spec (nvidia-smi topo -m shows which NIC is PIX/PXB to each "
                      "GPU), or the cabling if the HCAs were swapped in their slots")
     result.evidence += [f"GPU {index} {' / '.join(_pci_chain(devices.get(gpu_bus.get(index, ''), '')))}; {hca} "
                         f"{' / '.join(hca_chains.get(hca, []))}" for hca, index in expect.rails][:8]
+    if topo is not None:
+        by_name = {topo.name(device): device for device in topo.devices}
+        result.evidence.append("nvidia-smi topo -m: " + ", ".join(
+            f"GPU{index}-{hca} {topo.relation.get(f'GPU{index}', {}).get(by_name.get(hca, ''), '?')}"
+            for hca, index in expect.rails))
     return [result]
+
+
+def _topology(gathered: Gathered) -> nvidia_smi.TopoMatrix | None:
+    """``nvidia-smi topo -m`` when it was read and understood: corroboration, never required."""
+    if "topology" not in gathered.outputs:
+        return None
+    try:
+        return _parse(gathered, nvidia_smi.TOPOLOGY)
+    except (Unknown, ValueError):
+        return None
+
+
+def _rail_map_from_topology(topo: nvidia_smi.TopoMatrix, expect: Expectations) -> tuple[list[str], int]:
+    """The rail-map judgement from the driver's own matrix (PIX nearer than PXB, then PHB, NODE, SYS)."""
+    by_name = {topo.name(device): device for device in topo.devices}
+    failures, judged = [], 0
+    rails = [hca for hca, _ in expect.rails if hca in by_name]
+    for hca, index in expect.rails:
+        row = topo.relation.get(f"GPU{index}")
+        if row is None or hca not in by_name:
+            continue
+        judged += 1
+        rank = {other: nvidia_smi.TOPO_RANK.get(row[by_name[other]], 9) for other in rails}
+        nearest = min(rails, key=lambda other: (rank[other], other != hca))
+        if rank[nearest] < rank[hca]:
+            failures.append(f"GPU {index} is {row[by_name[nearest]]} to {nearest} in nvidia-smi topo -m; the spec "
+                            f"pairs it with {hca} ({row[by_name[hca]]})")
+    return failures, judged
 
 
 def check_peermem(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
@@ -470,6 +510,49 @@ def check_nvlink_errors(gathered: Gathered, expect: Expectations) -> list[CheckR
                     "watch the counters; the node fails past thresholds.nvlink_errors", outcome=Outcome.WARNING)]
 
 
+def check_fabric_manager(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """On an NVSwitch board CUDA does not start until nvidia-fabricmanager has set up the fabric (error 802,
+    "system not yet initialized"), and a fabric manager of another version than the driver refuses to start."""
+    if not expect.nvswitch:
+        return [CheckResult("fabric_manager", Outcome.SILENCED, "no NVSwitch in the spec: no fabric manager needed")]
+    unit = _parse(gathered, packages.FABRIC_MANAGER)
+    if unit["LoadState"] == "not-found":
+        return [CheckResult("fabric_manager", Outcome.FAILED, "nvidia-fabricmanager is not installed",
+                            "re-run provision apply (gpu_driver installs it at the driver's version)")]
+    failures = []
+    if unit["ActiveState"] != "active":
+        failures.append(f"nvidia-fabricmanager is {unit['ActiveState']} ({unit.get('SubState', '?')}): CUDA sees no "
+                        "GPU on an NVSwitch board until it runs (error 802)")
+    text = gathered.files.get(packages.DPKG_STATUS.name)
+    if text is None:
+        raise Unknown(f"could not read {packages.DPKG_STATUS.path}")
+    installed = {name: package for name, package in packages.parse_dpkg_status(text).items()
+                 if name.startswith("nvidia-fabricmanager-") and package.installed}
+    versions = sorted({package.version.split("-")[0] for package in installed.values()})
+    if not versions:
+        failures.append("no nvidia-fabricmanager package installed")
+    elif versions != [expect.driver]:
+        failures.append(f"nvidia-fabricmanager {', '.join(versions)} beside driver {expect.driver}: it refuses to "
+                        "start at another version")
+    return [_result("fabric_manager", failures, f"nvidia-fabricmanager {expect.driver} active",
+                    "journalctl -u nvidia-fabricmanager; install it at the driver's version and start it (re-run "
+                    "provision apply); a board whose NVSwitches fail to train needs the vendor")]
+
+
+def check_gpu_modes(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """Persistence mode on (the driver keeps the GPUs initialised between jobs; nvidia-persistenced) and MIG off: the
+    burn-in measures, and admits, whole GPUs."""
+    gpus = _gpus(gathered)
+    off = [f"GPU {gpu['index']}: persistence mode {gpu['persistence_mode']}" for gpu in gpus
+           if gpu["persistence_mode"] != "Enabled"]
+    mig = [f"GPU {gpu['index']}: MIG {gpu['mig.mode.current']}" for gpu in gpus
+           if gpu["mig.mode.current"] not in ("Disabled", "[N/A]", "N/A")]
+    return [_result("persistence", off, "persistence mode on every GPU",
+                    "systemctl enable --now nvidia-persistenced (re-run provision apply)"),
+            _result("mig", mig, "MIG off on every GPU (whole GPUs are burned in and admitted)",
+                    "nvidia-smi -mig 0 on each GPU, then reset the GPUs or reboot")]
+
+
 def check_throttle(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     failures = []
     for gpu in _gpus(gathered):
@@ -525,6 +608,8 @@ CHECKS: dict[tuple[str, ...], Evaluator] = {
     ("nvlink",): check_nvlink,
     ("nvlink_errors",): check_nvlink_errors,
     ("throttle",): check_throttle,
+    ("fabric_manager",): check_fabric_manager,
+    ("persistence", "mig"): check_gpu_modes,
     ("disk", "swap"): check_disk,
 }
 

@@ -77,6 +77,36 @@ def parse_query_report(text: str) -> SmiReport:
     return report
 
 
+def parse_query_xml(text: str) -> SmiReport:
+    """``nvidia-smi -q -x``: the same tree as ``-q``, keyed by the XML's element names (``retired_pages``,
+    ``clocks_event_reasons`` from 535 on, ``clocks_throttle_reasons`` before), the header from the root's leaves.
+    Not a ``nvidia_smi_log`` document, or fewer ``gpu`` elements than ``attached_gpus`` says, is refused."""
+    import xml.etree.ElementTree as ElementTree
+
+    try:
+        root = ElementTree.fromstring(text.strip())
+    except ElementTree.ParseError as error:
+        raise ValueError(f"nvidia-smi -q -x's output is not XML: {error}") from None
+    if root.tag != "nvidia_smi_log":
+        raise ValueError(f"not nvidia-smi's XML log: the root is <{root.tag}>")
+
+    def tree(element: ElementTree.Element) -> dict[str, Any] | str:
+        if len(element) == 0:
+            return (element.text or "").strip()
+        return {child.tag: tree(child) for child in element}
+
+    report = SmiReport()
+    for child in root:
+        if child.tag == "gpu":
+            report.gpus[child.get("id", "")] = {grandchild.tag: tree(grandchild) for grandchild in child}
+        elif len(child) == 0:
+            report.header[child.tag] = (child.text or "").strip()
+    attached = report.header.get("attached_gpus", "")
+    if not report.gpus or (attached.isdigit() and int(attached) != len(report.gpus)):
+        raise ValueError(f"nvidia-smi -q -x says {attached or '?'} GPUs attached and reports {len(report.gpus)}")
+    return report
+
+
 @dataclass
 class NvlinkGpu:
     index: int
@@ -145,10 +175,75 @@ def parse_nvlink_errors(text: str) -> list[NvlinkErrorsGpu]:
     return gpus
 
 
+#: ``nvidia-smi topo -m``'s PCIe relations, nearest first (NV# is NVLink, X the device itself).
+TOPO_RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
+_TOPO_CELL = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS)$")
+#: A relation cut to two letters and run into the CPU affinity (``PH0-115``), as some drivers print the last NIC.
+_TOPO_RUN_ON = re.compile(r"^(PH|PI|PX|NO|SY)(\d[\d,\-]*)$")
+_TOPO_CUT = {"PH": "PHB", "PI": "PIX", "PX": "PXB", "NO": "NODE", "SY": "SYS"}
+
+
+@dataclass
+class TopoMatrix:
+    devices: list[str]  # column order: GPU0.., then NIC0.. (or HCA names, before the NIC legend existed)
+    relation: dict[str, dict[str, str]] = field(default_factory=dict)  # row -> column -> X | NV18 | PIX | ...
+    cpu_affinity: dict[str, str] = field(default_factory=dict)
+    numa_affinity: dict[str, str] = field(default_factory=dict)
+    nics: dict[str, str] = field(default_factory=dict)  # NIC0 -> mlx5_0
+
+    def name(self, device: str) -> str:
+        """The HCA name of a NIC column (``NIC0`` -> ``mlx5_0``); GPUs and legend-less names as they are."""
+        return self.nics.get(device, device)
+
+
+def parse_topo_matrix(text: str) -> TopoMatrix:
+    """``nvidia-smi topo -m``: the matrix (tab or space separated, ``X`` or `` X `` on the diagonal), CPU and NUMA
+    affinity per GPU, and the NIC legend (older drivers name HCAs in the header instead). A GPU row shorter than the
+    header is refused, except the known run-on of a cut last relation into the affinity (``PH0-115``)."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    header = next((line.split() for line in lines if line.split()[:1] == ["GPU0"]), None)
+    if header is None:
+        raise ValueError("no 'GPU0 ...' header in nvidia-smi topo -m's output")
+    devices = header[:header.index("CPU")] if "CPU" in header else header
+    matrix = TopoMatrix(list(devices))
+    in_legend = False
+    for line in lines:
+        cells = line.split()
+        if not cells:
+            continue
+        if line.strip() == "NIC Legend:":
+            in_legend = True
+            continue
+        if in_legend:
+            if (legend := re.match(r"^(NIC\d+): (\S+)$", line.strip())) is not None:
+                matrix.nics[legend.group(1)] = legend.group(2)
+            continue
+        if cells[0] not in devices or cells == header:
+            continue
+        row, rest = cells[0], cells[1:]
+        relations = rest[:len(devices)]
+        if len(relations) == len(devices) and (run_on := _TOPO_RUN_ON.match(relations[-1])):
+            relations[-1] = _TOPO_CUT[run_on.group(1)]
+            rest = [*rest[:len(devices)], run_on.group(2), *rest[len(devices):]]
+        if len(relations) != len(devices) or not all(_TOPO_CELL.match(cell) for cell in relations):
+            raise ValueError(f"topo -m row {row} not understood: {line.strip()[:160]!r}")
+        matrix.relation[row] = dict(zip(devices, relations, strict=True))
+        affinity = rest[len(devices):]
+        if row.startswith("GPU") and affinity:
+            matrix.cpu_affinity[row] = affinity[0]
+            if len(affinity) > 1:
+                matrix.numa_affinity[row] = affinity[1]
+    gpus = [device for device in devices if device.startswith("GPU")]
+    if not gpus or any(gpu not in matrix.relation for gpu in gpus):
+        raise ValueError(f"topo -m lists {len(gpus)} GPU columns but rows for {sorted(matrix.relation)}")
+    return matrix
+
+
 #: The GPU fields preflight asks for (one CSV row per GPU, in this order).
 GPU_FIELDS = ["index", "uuid", "serial", "pci.bus_id", "driver_version", "vbios_version", "ecc.mode.current",
               "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total", "ecc.errors.corrected.volatile.total",
-              "temperature.gpu", "pcie.link.gen.max", "pcie.link.width.current", "clocks_event_reasons.active"]
+              "temperature.gpu", "pcie.link.gen.max", "pcie.link.width.current", "clocks_event_reasons.active",
+              "persistence_mode", "mig.mode.current"]
 REMAP_FIELDS = ["gpu_bus_id", "remapped_rows.failure", "remapped_rows.pending", "remapped_rows.correctable",
                 "remapped_rows.uncorrectable"]
 
@@ -212,3 +307,6 @@ REMAPPED_ROWS = fact.command("remapped_rows", ["nvidia-smi", f"--query-remapped-
 RETIRED_PAGES = fact.command("retired_pages", ["nvidia-smi", "-q", "-d", "PAGE_RETIREMENT"], parse_query_report)
 NVLINK = fact.command("nvlink", ["nvidia-smi", "nvlink", "-s"], parse_nvlink_status)
 NVLINK_ERRORS = fact.command("nvlink_errors", ["nvidia-smi", "nvlink", "-e"], parse_nvlink_errors)
+TOPOLOGY = fact.command("topology", ["nvidia-smi", "topo", "-m"], parse_topo_matrix)
+#: The whole of ``-q`` as XML: what telemetry collectors read (a soak's polls), element names stable across drivers.
+QUERY_XML = fact.command("query_xml", ["nvidia-smi", "-q", "-x"], parse_query_xml)

@@ -1,4 +1,5 @@
-"""Installed packages (``/var/lib/dpkg/status``) and loaded kernel modules (``/proc/modules``)."""
+"""Installed packages (``/var/lib/dpkg/status``), loaded kernel modules (``/proc/modules``) and a systemd unit's
+state (``systemctl show``)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,19 @@ MODULES = fact.file("modules", "/proc/modules", parse_proc_modules)
 #: Present only once nvidia-peermem has registered with ib_core as a peer-memory client (a module that loads but
 #: never registers leaves it absent; its own /sys/module/nvidia_peermem/version proves nothing).
 PEERMEM_REGISTRATION = fact.file("nv_mem", "/sys/kernel/mm/memory_peers/nv_mem/version", str.strip)
+
+
+def parse_unit_properties(text: str) -> dict[str, str]:
+    """``systemctl show UNIT --property=...``: ``Key=Value`` lines. A unit systemd does not know still answers
+    (``LoadState=not-found``); output without ``LoadState`` is refused."""
+    properties = dict(line.split("=", 1) for line in text.replace("\r\n", "\n").split("\n") if "=" in line)
+    if "LoadState" not in properties or "ActiveState" not in properties:
+        raise ValueError(f"not systemctl show's properties: {text.strip()[:120]!r}")
+    return properties
+
+
+#: The NVSwitch fabric manager's state: on an HGX board CUDA does not start without it (error 802).
+FABRIC_MANAGER = fact.command("fabric_manager", ["systemctl", "show", "nvidia-fabricmanager",
+                                                 "--property=LoadState,ActiveState,SubState"], parse_unit_properties)
+#: What dpkg has installed, and at which version (the fabric manager must be at the driver's).
+DPKG_STATUS = fact.file("dpkg_status", "/var/lib/dpkg/status", parse_dpkg_status)

@@ -197,6 +197,19 @@ def rank_fault(kind: str) -> Injector:
     return inject
 
 
+def fabricmanager_down(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """nvidia-fabricmanager starts and dies (an NVSwitch that fails to train, a fabric manager of another build):
+    systemctl start says nothing, the unit ends up failed, as after every later start."""
+    node.state.setdefault("units_crash_after_start", []).append("nvidia-fabricmanager")
+    service = node.state.setdefault("services", {}).get("nvidia-fabricmanager")
+    if service is not None and service.get("active"):
+        service.update(active=False, crashed=True)
+
+
+def mig_enabled(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.gpu(target)["mig_mode"] = "Enabled"
+
+
 def rails_swapped(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     """Two HCAs come up under each other's names (the driver probed them in another order, or the cards sit in
     each other's slots): each class link points at the other's PCI device, so the spec's rail map is wrong."""
@@ -229,5 +242,6 @@ INJECTORS: dict[str, Injector] = {
     "xid": xid, "ecc_uncorrectable": ecc_uncorrectable, "row_remap_pending": row_remap_pending,
     "thermal_throttle": thermal_throttle, "nvlink_errors_growing": nvlink_errors_growing,
     "hca_port_down": hca_port_down, "ib_link_low_rate": ib_link_low_rate, "rails_swapped": rails_swapped,
+    "fabricmanager_down": fabricmanager_down, "mig_enabled": mig_enabled,
     "unknown_kernel_log_line": unknown_kernel_log_line, "disk_full": disk_full,
 }

@@ -78,6 +78,11 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("slow_gpu", "rank", _GPU, "node", "matmul",
               "one GPU computes at a fraction of its peers; the node stage's matmul throughput check fails",
               {"factor": Param(float, 0.5, 0.01, 0.99)}),
+    FaultKind("fabricmanager_down", "node", "node", "preflight", "fabric_manager",
+              "nvidia-fabricmanager starts and dies on an NVSwitch board (systemctl start says nothing, the unit "
+              "ends failed): CUDA would report error 802 to every worker; preflight's fabric-manager check fails"),
+    FaultKind("mig_enabled", "node", _GPU, "preflight", "mig",
+              "a GPU left in MIG mode; preflight's MIG check fails (the burn-in measures and admits whole GPUs)"),
     FaultKind("rails_swapped", "node", _HCA, "preflight", "rail_map",
               "two HCAs come up under each other's names (probe order, or cards in each other's slots), so the "
               "spec's rail map pairs each GPU with an HCA behind another PCIe switch; preflight's rail-map check "

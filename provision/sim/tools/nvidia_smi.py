@@ -10,6 +10,8 @@ older module still loaded, NVML reports the version mismatch until a reboot.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -164,6 +166,7 @@ class Smi:
             "pcie.link.width.current": (str(width), ""), "pcie.link.width.max": (str(max_width), ""),
             "persistence_mode": ("Enabled" if self._service_active("nvidia-persistenced") else "Disabled", ""),
             "clocks_throttle_reasons.active": (f"0x{mask:016X}", ""),
+            "mig.mode.current": (gpu.get("mig_mode", "Disabled"), ""),
         }
         for _label, suffix, key in THROTTLE_REASONS:
             values[f"clocks_throttle_reasons.{suffix}"] = ("Active" if key in active else "Not Active", "")
@@ -196,7 +199,7 @@ class Smi:
                   "temperature.gpu", "ecc.mode.current", "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total",
                   "ecc.errors.corrected.volatile.total", "memory.total", "pcie.link.gen.current", "pcie.link.gen.max",
                   "pcie.link.width.current", "pcie.link.width.max", "persistence_mode",
-                  "clocks_throttle_reasons.active"]
+                  "clocks_throttle_reasons.active", "mig.mode.current"]
         return values + [f"clocks_throttle_reasons.{suffix}" for _label, suffix, _key in THROTTLE_REASONS]
 
     def query_gpu(self, fields: list[str], options: set[str], index: str | None) -> None:
@@ -257,29 +260,52 @@ class Smi:
         print("\n".join(out))
 
     def topo(self, args: list[str]) -> None:
+        """``topo -m`` as the driver works it out: from where each GPU and HCA sits on the host's PCIe tree (the
+        sysfs device links) and which NUMA node it hangs off, the HCAs named as /sys/class/infiniband names them.
+        Nothing here reads the spec's rail map: a map that is wrong disagrees with this."""
         if args != ["-m"]:
             not_simulated("nvidia-smi topo", " ".join(args))
-        hcas = self._hcas()
-        columns = [f"GPU{gpu['index']}" for gpu in self.gpus] + [f"NIC{number}" for number in range(len(hcas))]
-        out = ["\t" + "\t".join(columns) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"]
+        sys_dir = self.root / "sys"
+        class_dir = sys_dir / "class" / "infiniband"
+        names = sorted(os.listdir(class_dir), key=lambda name: [int(part) if part.isdigit() else part
+                                                                 for part in re.split(r"(\d+)", name)])
+        hcas = [(name, os.readlink(class_dir / name).split("/")[-3]) for name in names]
+        gpus = [(f"GPU{gpu['index']}", gpu["bdf"]) for gpu in self.gpus]
+        everything = gpus + [(f"NIC{number}", bdf) for number, (_name, bdf) in enumerate(hcas)]
+
+        def place(bdf: str) -> tuple[str, list[str], str]:
+            target = os.readlink(sys_dir / "bus" / "pci" / "devices" / bdf)
+            parts = target.split("/")
+            host_bridge = next(part for part in parts if part.startswith("pci"))
+            numa = (sys_dir / "bus" / "pci" / "devices" / bdf / "numa_node").read_text().strip()
+            return host_bridge, [part for part in parts if part.count(":") == 2 and "." in part], numa
+
+        def relation(one: str, other: str) -> str:
+            (bridge_a, chain_a, numa_a), (bridge_b, chain_b, numa_b) = place(one), place(other)
+            common = next((depth for depth, (a, b) in enumerate(zip(chain_a, chain_b, strict=False)) if a != b),
+                          min(len(chain_a), len(chain_b)))
+            if common == 0:
+                return "PHB" if bridge_a == bridge_b else ("NODE" if numa_a == numa_b else "SYS")
+            return "PIX" if common == len(chain_a) - 1 == len(chain_b) - 1 else "PXB"
+
         link = f"NV{self.model.nvlink_links}"
-        for gpu in self.gpus:
-            cells = ["X" if other is gpu else link for other in self.gpus]
-            for hca in hcas:
-                if hca["gpu"] == gpu["index"]:
-                    cells.append("PXB")
-                else:
-                    cells.append("NODE" if hca["numa_node"] == gpu["numa_node"] else "SYS")
-            cpus = "0-51,104-155" if gpu["numa_node"] == 0 else "52-103,156-207"
-            out.append(f"GPU{gpu['index']}\t" + "\t".join(cells) + f"\t{cpus}\t{gpu['numa_node']}\t\tN/A")
-        for number, hca in enumerate(hcas):
+        columns = [name for name, _bdf in everything]
+        out = ["\t" + "\t".join(columns) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"]
+        for row, bdf in everything:
             cells = []
-            for gpu in self.gpus:
-                cells.append("PXB" if hca["gpu"] == gpu["index"] else
-                             ("NODE" if hca["numa_node"] == gpu["numa_node"] else "SYS"))
-            cells += ["X" if other is hca else ("NODE" if other["numa_node"] == hca["numa_node"] else "SYS")
-                      for other in hcas]
-            out.append(f"NIC{number}\t" + "\t".join(cells))
+            for column, other in everything:
+                if column == row:
+                    cells.append(" X ")
+                elif row.startswith("GPU") and column.startswith("GPU"):
+                    cells.append(link)
+                else:
+                    cells.append(relation(bdf, other))
+            if row.startswith("GPU"):
+                numa = place(bdf)[2]
+                cpus = "0-51,104-155" if numa == "0" else "52-103,156-207"
+                out.append(f"{row}\t" + "\t".join(cells) + f"\t{cpus}\t{numa}\t\tN/A")
+            else:
+                out.append(f"{row}\t" + "\t".join(cells))
         out += ["", "Legend:", "", "  X    = Self",
                 "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
                 "(e.g., QPI/UPI)",
@@ -289,11 +315,8 @@ class Smi:
                 "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
                 "  PIX  = Connection traversing at most a single PCIe bridge",
                 "  NV#  = Connection traversing a bonded set of # NVLinks", "", "NIC Legend:", ""]
-        out += [f"  NIC{number}: {hca['name']}" for number, hca in enumerate(hcas)]
+        out += [f"  NIC{number}: {name}" for number, (name, _bdf) in enumerate(hcas)]
         print("\n".join(out))
-
-    def _hcas(self) -> list[dict[str, Any]]:
-        return self.state.get("hcas", [])
 
 
 def _kv(depth: int, key: str, value: str) -> str:
