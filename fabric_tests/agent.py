@@ -197,7 +197,9 @@ def main(argv: list[str]) -> int:
             probe.bind(("127.0.0.1", 0))
             args.master = f"127.0.0.1:{probe.getsockname()[1]}"
     chosen = _nccl_bootstrap(args.master)
-    nccl_env = {name: value for name, value in os.environ.items() if name.startswith("NCCL_")}
+    # what this agent was told and chose, by name: never the whole environment, which may carry a secret
+    told = {pair.partition("=")[0] for pair in args.env} | set(chosen)
+    nccl_env = {name: os.environ[name] for name in sorted(told) if name in os.environ}
     sys.stdout.flush()
     for local_rank in range(args.nproc):
         pid = os.fork()
