@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from provision.burnin import rails
+from provision.burnin import rails, world
 from provision.burnin.isolation import Isolation, isolate, lower_bound
 from provision.burnin.launch import LaunchResult, NodeRun, launch
 from provision.burnin.verdict import NodeVerdict, judge
@@ -292,6 +292,10 @@ def isolate_wrong_results(loaded: LoadedSpec, state_dir: Path, nodes: list[Resol
         return bool(wrong_results(result) or not finished(result, params))
 
     return isolate([node.name for node in nodes], lambda groups: rounds.run(groups, failed), min_group=2)
+
+
+class WorldSystemic(RuntimeError):
+    """The fleet's world collectives far below what its rails carry: nobody's node."""
 
 
 class RailsSystemic(RuntimeError):
@@ -579,6 +583,8 @@ class CollectivesStage:
         if confirmed and attempt < MAX_ATTEMPTS:  # a straggler slows its rail too: judge the rails without it
             self.suspects = {}
             return True
+        if not confirmed:
+            self._judge_world(result)
         if not confirmed and len(self.remaining) >= 2:
             self.rail_checks = judge_slow_rails(self.loaded, self.state_dir, self.remaining, self.nproc, result,
                                                 port=self.port + 100 * (MAX_ATTEMPTS + 1), entry=self.report[-1],
@@ -587,6 +593,18 @@ class CollectivesStage:
                 if check.outcome is Outcome.FAILED:
                     self._fail(host, self.rail_checks.pop(host))
         return False
+
+    def _judge_world(self, result: LaunchResult) -> None:
+        """The fleet against its design (see :mod:`provision.burnin.world`): far below it stops the stage."""
+        gpu = on_gpu([record for run in result.nodes for record in run.of("result")])
+        judged = world.judge_world(self.report[-1]["busbw"], floor_gbps=self.limits["world_busbw_gbps"] if gpu
+                                   else None)
+        self.report[-1]["world"] = judged.reason
+        if judged.slow:
+            raise WorldSystemic(
+                f"the whole fleet is slow in its collectives: {judged.reason}. Every node alike is the fabric's or "
+                "the configuration's (a spine plane, NCCL on sockets, GPUDirect off, NCCL_IB_HCA), not a node's, "
+                "so no node was quarantined for it")
 
     def _verdicts(self) -> list[NodeVerdict]:
         finished = self.report[-1] if self.report else {}
@@ -617,4 +635,4 @@ def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_d
 
 
 #: What stops the collectives stage as systemic: no node is quarantined for any of these.
-SYSTEMIC = (CollectivesUnresolved, RailsSystemic, FailedEverywhere)
+SYSTEMIC = (CollectivesUnresolved, RailsSystemic, FailedEverywhere, WorldSystemic)

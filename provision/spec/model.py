@@ -303,6 +303,7 @@ class Thresholds(Strict):
     intranode_allreduce_busbw_gbps: Annotated[float, Field(gt=0)] | None = None
     ib_write_bw_gbps: Annotated[float, Field(gt=0)] | None = None
     rail_busbw_gbps: Annotated[float, Field(gt=0)] | None = None
+    world_busbw_gbps: Annotated[float, Field(gt=0)] | None = None
     rail_peer_fraction: Fraction01 | None = None
     outlier_mad: Annotated[float, Field(gt=0, le=50)] | None = None
     flaps_per_24h: Annotated[int, Field(ge=1)] | None = None

@@ -61,6 +61,11 @@ def effective_thresholds(
             link_gbps / 8 * DEFAULT_RAIL_BUSBW_FRACTION,
             f"{DEFAULT_RAIL_BUSBW_FRACTION:g} x {link_gbps / 8:g} GB/s per {fabric.link_rate} rail",
         ),
+        "world_busbw_gbps": Threshold(
+            len(profile.rails) * link_gbps / 8 * DEFAULT_RAIL_BUSBW_FRACTION,
+            f"{DEFAULT_RAIL_BUSBW_FRACTION:g} x {len(profile.rails)} rails x {link_gbps / 8:g} GB/s: a node's traffic "
+            "leaves through its rails (world all_reduce, judged on GPUs at 1 GiB and up)",
+        ),
         "rail_peer_fraction": Threshold(
             DEFAULT_RAIL_PEER_FRACTION, "a rail below this share of the median of the node's other rails, measured "
             "in the same launch, is slow (judged on any device)"),
