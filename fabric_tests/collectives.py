@@ -67,7 +67,9 @@ class Buffers:
 
 
 class Sequencer:
-    """Posts every call, logs its sequence number, waits with the test's timeout."""
+    """Posts every call, logs its sequence number, waits with the test's timeout, and counts every moment this rank
+    spent blocked on its peers as waiting: in ``wait()`` on gloo, in the device synchronise on NCCL (where ``wait()``
+    only orders the stream and returns at once). What is left is the rank's own time."""
 
     def __init__(self, rank: int, timeout_s: float) -> None:
         self.rank, self.seq = rank, 0
@@ -82,6 +84,12 @@ class Sequencer:
         work.wait(self.timeout)
         self.waiting_s += time.perf_counter() - started
 
+    def settle(self, device: torch.device) -> None:
+        """Block until every posted call completed (the device synchronise), counted as waiting."""
+        started = time.perf_counter()
+        synchronize(device)
+        self.waiting_s += time.perf_counter() - started
+
 
 def measure(buffers: Buffers, group: dist.ProcessGroup | None, group_rank: int, sequencer: Sequencer,
             params: dict, device: torch.device, label: str) -> tuple[float, bool, float]:
@@ -89,18 +97,18 @@ def measure(buffers: Buffers, group: dist.ProcessGroup | None, group_rank: int, 
     calls back to back timed as a whole. Seconds per call, whether the first result was right, and the time this
     rank spent outside the collectives (its own slowness)."""
     sequencer.call(buffers, group, label)
-    synchronize(device)
+    sequencer.settle(device)
     correct = buffers.correct()
     for _ in range(params["warmup"]):
         buffers.reset(group_rank)
         sequencer.call(buffers, group, label)
-    synchronize(device)
+    sequencer.settle(device)
     dist.barrier(group=group)  # as nccl-tests does: otherwise the first rank in starts its clock on the others' lag
     waited_before = sequencer.waiting_s
     started = time.perf_counter()
     for _ in range(params["iters"]):
         sequencer.call(buffers, group, label)
-    synchronize(device)
+    sequencer.settle(device)
     elapsed = time.perf_counter() - started
     return elapsed / params["iters"], correct, elapsed - (sequencer.waiting_s - waited_before)
 

@@ -40,8 +40,12 @@ def compute_clock(device: torch.device):
 
 
 def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work: on CUDA the stream NCCL's collectives run on; on the CPU torch's own
+    (a no-op for gloo, whose ``wait()`` already blocked)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif hasattr(torch, "cpu") and hasattr(torch.cpu, "synchronize"):
+        torch.cpu.synchronize()
 
 
 def backend() -> str:

@@ -14,14 +14,15 @@ from tests.conftest import EXAMPLES
 
 
 def write_spec(directory: Path, faults: list[dict], *, hosts: str = "sim[01-02]", seed: int = 3,
-               stages: list[str] | None = None, admission: dict | None = None) -> Path:
+               stages: list[str] | None = None, admission: dict | None = None,
+               collective_semantics: str = "gloo") -> Path:
     data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
     data["nodes"]["groups"][0]["hosts"] = hosts
     if stages is not None:
         data["burnin"]["stages"] = stages
     if admission is not None:
         data["admission"] = admission
-    data["simulation"] = {"seed": seed, "faults": faults}
+    data["simulation"] = {"seed": seed, "faults": faults, "collective_semantics": collective_semantics}
     path = directory / "spec.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -554,3 +554,28 @@ def test_a_pre_535_driver_knows_only_the_throttle_names_and_preflight_asks_for_t
     current = SimHost(state, "sim01")  # the pinned 535 host names both
     _install_driver(current)
     assert "clocks_event_reasons.active" in parse_help_query(current.run("nvidia-smi", "--help-query-gpu").stdout)
+
+
+def test_nccl_semantics_return_from_wait_at_once_and_complete_in_the_synchronise(tmp_path: Path) -> None:
+    """With simulation.collective_semantics: nccl the simulated node's torch behaves as NCCL does for the
+    collectives test: wait() returns at once, the data is there only after the device synchronise."""
+    spec = write_spec(tmp_path, [], hosts="sim[01-02]", collective_semantics="nccl")
+    from provision.sim import cluster
+    from provision.spec import load_spec
+
+    state = tmp_path / "state"
+    cluster.up(load_spec(spec), state)
+    host = SimHost(state, "sim01")
+    code = ("import datetime, torch, torch.distributed as dist\n"
+            "store = dist.TCPStore('127.0.0.1', 0, 1, is_master=True, timeout=datetime.timedelta(seconds=10))\n"
+            "dist.init_process_group('gloo', store=store, rank=0, world_size=1)\n"
+            "tensor = torch.ones(4)\n"
+            "work = dist.all_reduce(tensor, async_op=True)\n"
+            "print(type(work).__name__, work.wait())\n"
+            "torch.cpu.synchronize()\n"
+            "print('synchronised', tensor.tolist())\n"
+            "dist.destroy_process_group()\n")
+    out = host.run("python3", "-c", code, "--test", "collectives").stdout.split("\n")
+    assert out[0] == "Queued True" and out[1] == "synchronised [1.0, 1.0, 1.0, 1.0]", out
+    gloo_like = host.run("python3", "-c", code, "--test", "training").stdout.split("\n")
+    assert gloo_like[0] != "Queued True", gloo_like  # DDP and FSDP wait on their own works: left as they are

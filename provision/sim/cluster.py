@@ -117,7 +117,8 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
         recipe: dict[str, Any] = {
             "hardware": asdict(hardware), "template": str(templates[key]), "kernel": kernel, "link_rate": link_rate,
             "lid_base": lid, "pinned_driver": loaded.spec.software.gpu_driver, "repository": repository,
-            "address": node.address,
+            "address": node.address, "collective_semantics": loaded.spec.simulation.collective_semantics
+            if loaded.spec.simulation else "gloo",
             "faults": [fault for fault in by_node.get(node.name, [])
                        if fault["injected"] and fault["layer"] in ("node", "rank")],
         }

@@ -74,6 +74,7 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
     state["pinned_driver"] = recipe["pinned_driver"]
     state["address"] = recipe["address"]
     state["packages_available"] = recipe["repository"]
+    state["collective_semantics"] = recipe.get("collective_semantics", "gloo")
     write_status(root, {"linux-image-" + kernel: package_entry("linux-image-" + kernel,
                                                                kernel.rsplit("-", 1)[0] + ".122")})
     context = NodeContext(root, hardware, state, recipe["link_rate"])

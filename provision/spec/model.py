@@ -421,6 +421,10 @@ class Simulation(Strict):
     #: ``namespace``: each host is presented at the real paths by an sshd running in its own namespace
     #: (``provision sim shell SPEC HOST -- sshd ...``), so the playbooks get no ``hw_root`` at all.
     presentation: Literal["prefix", "namespace"] = "prefix"
+    #: How the simulated hosts' collectives complete. ``gloo``: ``wait()`` blocks until the data is there (the CPU
+    #: backend the workers really run). ``nccl``: as NCCL on a GPU, ``wait()`` only orders the work and returns at
+    #: once, and completion blocks in the device synchronise; the collectives test's judgements must hold for both.
+    collective_semantics: Literal["gloo", "nccl"] = "gloo"
 
 
 class Metrics(Strict):

@@ -19,15 +19,57 @@ WIRE_LATENCY_S = 1e-3
 WIRE_BYTES_PER_S = 50e6
 
 
-def _faults() -> list[dict]:
+def _node_state() -> dict:
     root = os.environ.get("PROVISION_SIM_ROOT")
     if not root:
-        return []
+        return {}
     try:
         with open(os.path.join(root, "var/lib/provision-sim/node.json"), encoding="utf-8") as handle:
-            return list(json.load(handle).get("rank_faults", []))
+            return dict(json.load(handle))
     except (OSError, ValueError):
-        return []
+        return {}
+
+
+def _install_nccl_semantics() -> None:
+    """NCCL's completion, over gloo: a collective's ``wait()`` returns at once (it only orders the GPU stream) and the
+    data is there after the device synchronise, where the time is spent. Applied to the collectives test, whose
+    hang and straggler judgements depend on it (DDP and FSDP wait on their own works and need the data)."""
+    import torch
+    import torch.distributed as dist
+
+    pending: list[tuple] = []
+
+    class Queued:
+        def __init__(self, work) -> None:
+            self._work = work
+
+        def wait(self, *args, **kwargs):
+            pending.append((self._work, args, kwargs))
+            return True
+
+        def __getattr__(self, name):
+            return getattr(self._work, name)
+
+    def defer(real):
+        def collective(*args, **kwargs):
+            result = real(*args, **kwargs)
+            if kwargs.get("async_op") and hasattr(result, "wait") and _test() == "collectives":
+                return Queued(result)
+            return result
+        return collective
+
+    real_synchronize = torch.cpu.synchronize
+
+    def synchronize(*args, **kwargs):
+        while pending:  # in stream order, each with the timeout its wait() was given
+            work, wait_args, wait_kwargs = pending.pop(0)
+            work.wait(*wait_args, **wait_kwargs)
+        return real_synchronize(*args, **kwargs)
+
+    torch.cpu.synchronize = synchronize
+    for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast"):
+        if hasattr(dist, name):
+            setattr(dist, name, defer(getattr(dist, name)))
 
 
 def _mine(fault: dict) -> bool:
@@ -187,6 +229,8 @@ def _install(faults: list[dict]) -> None:
             setattr(dist, name, wrap(getattr(dist, name)))
 
 
-_found = _faults()
-if _found:
-    _install(_found)
+_state = _node_state()
+if _state.get("rank_faults"):
+    _install(list(_state["rank_faults"]))
+if _state.get("collective_semantics") == "nccl":  # outermost: a fault's delay is spent where completion blocks
+    _install_nccl_semantics()
