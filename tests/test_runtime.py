@@ -80,3 +80,14 @@ def test_stale_tests_and_another_torch_are_each_named() -> None:
 def test_output_without_a_description_is_not_read_as_one() -> None:
     with pytest.raises(ValueError):
         runtime.parse_runtime("Traceback (most recent call last):\n  ...\nModuleNotFoundError: fabric_tests\n")
+
+
+def test_the_oldest_accepted_torch_is_the_one_ci_runs_the_node_tests_on() -> None:
+    """A runtime pin below the torch ``make test`` installs (constraints.txt) is refused: nothing tested it."""
+    import re
+    from pathlib import Path
+
+    from provision.spec.semantics import OLDEST_TORCH
+
+    constraints = (Path(__file__).parent.parent / "constraints.txt").read_text()
+    assert re.search(r"^torch==(\S+)$", constraints, re.MULTILINE).group(1) == OLDEST_TORCH

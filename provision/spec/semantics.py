@@ -8,6 +8,7 @@ assigned, fabric dimensions computed, fault targets found.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -313,12 +314,27 @@ def _check_paths(spec: ClusterSpec, spec_dir: Path, problems: list[Problem]) -> 
         _check_runtime(spec, runtime, spec_dir, problems)
 
 
+#: The oldest torch the node tests (fabric_tests) are run on by ``make test``: constraints.txt's pin. The spec's
+#: runtime may not pin an older one.
+OLDEST_TORCH = "2.13.0"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``2.13.0+cu126`` -> (2, 13, 0)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
 def _check_runtime(spec: ClusterSpec, runtime: NodeRuntime, spec_dir: Path, problems: list[Problem]) -> None:
     """The node runtime names the nodes' Python (burnin.python must not name another) and, with a wheelhouse,
     its pinned torch must be in it: found now rather than by a failed install on every node."""
     if spec.burnin is not None and "python" in spec.burnin.model_fields_set:
         problems.append(Problem(("burnin", "python"), "software.runtime installs the nodes' Python at "
                                 f"{runtime.path}/bin/python, and the burn-in uses it", "remove burnin.python"))
+    if _release(runtime.torch) < _release(OLDEST_TORCH):
+        problems.append(Problem(("software", "runtime", "torch"), f"torch {runtime.torch} is older than "
+                                f"{OLDEST_TORCH}, the oldest torch the node tests are run on in CI (constraints.txt): "
+                                "an older one is untested (the training stage's FSDP2 is public only from 2.6)",
+                                f"pin torch {OLDEST_TORCH} or later (a CUDA build for your driver)"))
     if runtime.wheelhouse is None:
         return
     folder = (spec_dir / runtime.wheelhouse).expanduser()
