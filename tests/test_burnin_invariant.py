@@ -240,3 +240,22 @@ def test_collectives_that_failed_everywhere_admit_nobody(tmp_path: Path) -> None
 
 def test_the_catalog_says_where_worker_errors_are_caught() -> None:
     assert (CATALOG["worker_error"].stage, CATALOG["worker_error"].check) == ("collectives", "collectives")
+
+
+@pytest.mark.fast
+def test_a_perftest_without_cuda_fails_its_node_with_the_reason(tmp_path: Path) -> None:
+    """GPUDirect on, ib_write_bw refuses --use_cuda (built without CUDA): the node fails pairs/perftest saying so,
+    never passes on host-memory figures."""
+    from provision.ib_fabric import design_fabric
+    from topology import routes
+
+    loaded = load_spec(write_spec(tmp_path, [], hosts="sim[01-02]"))
+    refused = pairs.Measurement("sim02/mlx5_0", "sim01/mlx5_0", 800.0, "sweep 1",
+                                error="sim02/mlx5_0 (client): ib_write_bw: unrecognized option '--use_cuda=0'",
+                                at_fault="sim02")
+    report = pairs._verdicts(loaded, loaded.nodes, [refused], [], routes.Router(design_fabric(loaded)),
+                             {"sim01": ["sim01/mlx5_0"], "sim02": ["sim02/mlx5_0"]})
+    verdicts = {verdict.node: verdict for verdict in report.verdicts}
+    assert not verdicts["sim02"].passed and verdicts["sim02"].check == "perftest"
+    assert "was built without CUDA" in verdicts["sim02"].reason
+    assert not verdicts["sim01"].passed  # it measured nothing: unknown, never a pass

@@ -316,6 +316,11 @@ def observe_mig_enabled(host: SimHost) -> None:
     assert [row["index"] for row in rows if row["mig.mode.current"] == "Enabled"] == ["2"]
 
 
+def observe_perftest_without_cuda(host: SimHost) -> None:
+    refused = host.run("ib_write_bw", "-d", "mlx5_0", "--use_cuda=0", check=False)
+    assert refused.returncode == 1 and "unrecognized option '--use_cuda=0'" in refused.stderr
+
+
 def observe_hca_port_down(host: SimHost) -> None:
     devices = parse_ibstat(host.run("ibstat").stdout)
     assert devices["mlx5_3"].ports[1].state == "DOWN" and devices["mlx5_3"].ports[1].physical_state == "Polling"
@@ -392,6 +397,7 @@ NODE_FAULTS = {
     "rails_swapped": ({"target": "mlx5_0", "params": {"with": "mlx5_3"}}, observe_rails_swapped),
     "fabricmanager_down": ({}, observe_fabricmanager_down),
     "mig_enabled": ({"target": "gpu2"}, observe_mig_enabled),
+    "perftest_without_cuda": ({}, observe_perftest_without_cuda),
     "hca_port_down": ({"target": "mlx5_3"}, observe_hca_port_down),
     "ib_link_low_rate": ({"target": "mlx5_5", "params": {"rate": "HDR"}}, observe_ib_link_low_rate),
     "unknown_kernel_log_line": ({}, observe_unknown_kernel_log_line),

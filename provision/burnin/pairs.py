@@ -319,7 +319,14 @@ def _verdicts(loaded: LoadedSpec, nodes: list[ResolvedNode], measurements: list[
               rails: dict[str, list[str]]) -> PairsReport:
     checks: dict[str, list[CheckResult]] = {node.name: [] for node in nodes}
     for measurement in measurements:
-        if measurement.at_fault in checks:
+        if measurement.at_fault in checks and _without_cuda(measurement.error):
+            checks[measurement.at_fault].append(CheckResult(
+                "perftest", Outcome.FAILED, f"ib_write_bw on {measurement.at_fault} was built without CUDA (it "
+                f"refuses --use_cuda): the pair tests cannot measure GPU memory, so GPUDirect RDMA goes untested "
+                f"({measurement.error})", "install a perftest built with CUDA (perftest's --use_cuda needs "
+                "CUDA_H_PATH at build time; the OFED/DOCA packages with GPUDirect support ship one)",
+                [measurement.describe()]))
+        elif measurement.at_fault in checks:
             checks[measurement.at_fault].append(CheckResult(
                 "perftest", Outcome.FAILED, f"ib_write_bw could not run: {measurement.error}",
                 "check the HCA port (ibstat), its cable and, with GPUDirect, nvidia-peermem",
@@ -347,6 +354,12 @@ def _verdicts(loaded: LoadedSpec, nodes: list[ResolvedNode], measurements: list[
             checks[node.name].append(_healthy(node.name, rails.get(node.name, []), measurements, shared))
         verdicts.append(judge(loaded.spec.admission, node.name, "pairs", checks[node.name]))
     return PairsReport(verdicts, fabric_suspects)
+
+
+def _without_cuda(error: str) -> bool:
+    """perftest built without CUDA does not know ``--use_cuda``: getopt's 'unrecognized option' (or 'invalid
+    option' from older builds) names it."""
+    return "--use_cuda" in error and ("unrecognized option" in error or "invalid option" in error)
 
 
 def _healthy(host: str, hcas: list[str], measurements: list[Measurement], fabric_cables: list[str]) -> CheckResult:

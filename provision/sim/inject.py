@@ -206,6 +206,10 @@ def fabricmanager_down(node: NodeContext, params: dict[str, Any], target: str | 
         service.update(active=False, crashed=True)
 
 
+def perftest_without_cuda(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.state["perftest_without_cuda"] = True
+
+
 def mig_enabled(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     node.gpu(target)["mig_mode"] = "Enabled"
 
@@ -243,5 +247,6 @@ INJECTORS: dict[str, Injector] = {
     "thermal_throttle": thermal_throttle, "nvlink_errors_growing": nvlink_errors_growing,
     "hca_port_down": hca_port_down, "ib_link_low_rate": ib_link_low_rate, "rails_swapped": rails_swapped,
     "fabricmanager_down": fabricmanager_down, "mig_enabled": mig_enabled,
+    "perftest_without_cuda": perftest_without_cuda,
     "unknown_kernel_log_line": unknown_kernel_log_line, "disk_full": disk_full,
 }

@@ -83,6 +83,9 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               "ends failed): CUDA would report error 802 to every worker; preflight's fabric-manager check fails"),
     FaultKind("mig_enabled", "node", _GPU, "preflight", "mig",
               "a GPU left in MIG mode; preflight's MIG check fails (the burn-in measures and admits whole GPUs)"),
+    FaultKind("perftest_without_cuda", "node", "node", "pairs", "perftest",
+              "the host's perftest was built without CUDA, so ib_write_bw refuses --use_cuda; with GPUDirect on, "
+              "the pairs stage fails the node with the reason instead of measuring host memory"),
     FaultKind("rails_swapped", "node", _HCA, "preflight", "rail_map",
               "two HCAs come up under each other's names (probe order, or cards in each other's slots), so the "
               "spec's rail map pairs each GPU with an HCA behind another PCIe switch; preflight's rail-map check "

@@ -49,7 +49,7 @@ class Options:
     peer: str | None = None
 
 
-def _parse(args: list[str]) -> Options:
+def _parse(args: list[str], cuda_built: bool = True) -> Options:
     options = Options()
     index = 0
     while index < len(args):
@@ -59,6 +59,9 @@ def _parse(args: list[str]) -> Options:
             options.device, index = value, index + 1
         elif arg in ("-p", "--port") and value:
             options.port, index = int(value), index + 1
+        elif arg.startswith("--use_cuda") and not cuda_built:  # perftest built without CUDA knows no such option
+            raise ToolError(f"ib_write_bw: unrecognized option '{arg}'\n Usage:\n  ib_write_bw            start a "
+                            "server and wait for connection", 1)
         elif arg.startswith("--use_cuda="):
             options.cuda = int(arg.split("=", 1)[1])
         elif arg == "--use_cuda" and value:
@@ -173,7 +176,7 @@ def _hca(root: Path, device: str) -> str:
 
 
 def ib_write_bw(root: Path, args: list[str]) -> int:
-    options = _parse(args)
+    options = _parse(args, cuda_built=not load_state(root).get("perftest_without_cuda"))
     rate, lid = _port_state(root, options.device)
     cuda = _cuda_lines(root, options.cuda) if options.cuda is not None else []
     if options.peer is None:
