@@ -7,6 +7,7 @@ end-to-end tests run the same faults through the simulated cluster's real worker
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,31 +53,36 @@ def _errors(run_rank: int, nproc: int, message: str) -> list[dict[str, Any]]:
 Behaviour = dict[str, str]  # node -> "ok" | "init" | "timeout" | "silent" | "short"
 
 
-def _fake_launch(behaviours: list[Behaviour], launched: list[list[str]]):
-    """A launcher replaying one behaviour per launch (the last one repeats): what each node's agent said."""
+RecordsFor = Callable[[str, int, int, dict[str, Any], int], list[dict[str, Any]]]
+
+
+def _replayed(behaviours: list[Behaviour], launched: list[list[str]], records_for: RecordsFor):
+    """A launcher replaying one behaviour per launch (the last one repeats): what each node's agent said, as
+    ``records_for(kind, node rank, nproc, params, nodes)`` writes it."""
     def launch(loaded, state_dir, nodes, *, test, nproc, params, deadline_s, port):
         launched.append([node.name for node in nodes])
         behaviour = behaviours[min(len(launched), len(behaviours)) - 1]
-        runs = []
-        for index, node in enumerate(nodes):
-            kind = behaviour.get(node.name, "ok")
-            if kind == "ok":
-                records = [*_measured(index, nproc, params, len(nodes)), _agent(nproc)]
-            elif kind == "init":
-                records = [*_errors(index, nproc, NCCL_INIT), _agent(nproc, 1)]
-            elif kind == "timeout":
-                records = [*_errors(index, nproc, STORE_TIMEOUT), _agent(nproc, 1)]
-            elif kind == "peer":
-                records = [*_errors(index, nproc, PEER_GONE), _agent(nproc, 1)]
-            elif kind == "silent":  # the agent reports, its workers' records never arrived
-                records = [_agent(nproc)]
-            else:  # "short": every rank finished but measured only the first operation
-                records = [record for record in _measured(index, nproc, params, len(nodes))
-                           if record["type"] != "measurement" or record["op"] == params["ops"][0]]
-                records.append(_agent(nproc))
-            runs.append(NodeRun(node.name, index, records=records))
+        runs = [NodeRun(node.name, index, records=records_for(behaviour.get(node.name, "ok"), index, nproc, params,
+                                                              len(nodes))) for index, node in enumerate(nodes)]
         return LaunchResult(test, runs, nproc)
     return launch
+
+
+def _collective_records(kind: str, index: int, nproc: int, params: dict[str, Any], nodes: int) -> list[dict]:
+    if kind == "ok":
+        return [*_measured(index, nproc, params, nodes), _agent(nproc)]
+    if kind in ("init", "timeout", "peer"):
+        message = {"init": NCCL_INIT, "timeout": STORE_TIMEOUT, "peer": PEER_GONE}[kind]
+        return [*_errors(index, nproc, message), _agent(nproc, 1)]
+    if kind == "silent":  # the agent reports, its workers' records never arrived
+        return [_agent(nproc)]
+    # "short": every rank finished but measured only the first operation
+    return [*[record for record in _measured(index, nproc, params, nodes)
+              if record["type"] != "measurement" or record["op"] == params["ops"][0]], _agent(nproc)]
+
+
+def _fake_launch(behaviours: list[Behaviour], launched: list[list[str]]):
+    return _replayed(behaviours, launched, _collective_records)
 
 
 @pytest.fixture
@@ -136,21 +142,15 @@ def _training_records(index: int, nproc: int) -> list[dict[str, Any]]:
              "shard_digest": "s", "tail_losses": [1.0]} for local in range(nproc)]
 
 
+def _training_records_for(kind: str, index: int, nproc: int, params: dict[str, Any], nodes: int) -> list[dict]:
+    records = {"ok": _training_records(index, nproc), "init": _errors(index, nproc, NCCL_INIT),
+               "peer": _errors(index, nproc, PEER_GONE), "silent": []}[kind]
+    return [*records, _agent(nproc, int(kind != "ok"))]
+
+
 def _training(loaded, tmp_path: Path, monkeypatch, behaviours: list[Behaviour]) -> tuple[dict, list]:
     launched: list[list[str]] = []
-
-    def launch(loaded, state_dir, nodes, *, test, nproc, params, deadline_s, port):
-        launched.append([node.name for node in nodes])
-        behaviour = behaviours[min(len(launched), len(behaviours)) - 1]
-        runs = []
-        for index, node in enumerate(nodes):
-            kind = behaviour.get(node.name, "ok")
-            records = {"ok": _training_records(index, nproc), "init": _errors(index, nproc, NCCL_INIT),
-                       "peer": _errors(index, nproc, PEER_GONE), "silent": []}[kind]
-            runs.append(NodeRun(node.name, index, records=[*records, _agent(nproc, int(kind != "ok"))]))
-        return LaunchResult(test, runs, nproc)
-
-    monkeypatch.setattr(training, "launch", launch)
+    monkeypatch.setattr(training, "launch", _replayed(behaviours, launched, _training_records_for))
     verdicts = training.run_training_stage(loaded, loaded.nodes, tmp_path, seed=1, port=20000, run_id="r1",
                                            evidence_dir=tmp_path / "workers")
     return {verdict.node: verdict for verdict in verdicts}, launched
