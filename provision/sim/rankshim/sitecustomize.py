@@ -229,8 +229,10 @@ def _install(faults: list[dict]) -> None:
             setattr(dist, name, wrap(getattr(dist, name)))
 
 
-_state = _node_state()
+# only in a test's processes (the agent and its forked workers, started with --test): every other Python on the
+# host (the pair tests' helper, the runtime probe) is spared torch's import
+_state = _node_state() if _test() else {}
 if _state.get("rank_faults"):
     _install(list(_state["rank_faults"]))
-if _state.get("collective_semantics") == "nccl":  # outermost: a fault's delay is spent where completion blocks
-    _install_nccl_semantics()
+if _state.get("collective_semantics") == "nccl" and _test() == "collectives":  # outermost: a fault's delay is
+    _install_nccl_semantics()  # spent where completion blocks
