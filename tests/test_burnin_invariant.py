@@ -259,3 +259,16 @@ def test_a_perftest_without_cuda_fails_its_node_with_the_reason(tmp_path: Path) 
     assert not verdicts["sim02"].passed and verdicts["sim02"].check == "perftest"
     assert "was built without CUDA" in verdicts["sim02"].reason
     assert not verdicts["sim01"].passed  # it measured nothing: unknown, never a pass
+
+
+@pytest.mark.slow
+def test_pair_tests_that_cannot_run_keep_their_node_out_and_nobody_else(tmp_path: Path) -> None:
+    """GPUDirect on and sim02's perftest built without CUDA: sim02 fails pairs/perftest with the reason; sim01 and
+    sim03 pass on the tests they measured with each other."""
+    faults = [{"kind": "perftest_without_cuda", "node": "sim02"}]
+    burned = provision_then_burn_in(_spec(tmp_path, faults, "sim[01-03]", ["preflight", "pairs"]))
+    nodes = burned["nodes"]
+    assert (nodes["sim02"]["state"], nodes["sim02"]["stage"], nodes["sim02"]["check"]) == (
+        "quarantined", "pairs", "perftest"), nodes
+    assert "was built without CUDA" in nodes["sim02"]["reason"]
+    assert nodes["sim01"]["state"] == nodes["sim03"]["state"] == "admitted", nodes

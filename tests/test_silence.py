@@ -226,3 +226,30 @@ def test_the_xml_report_refuses_a_degraded_output(degraded: str) -> None:
     output = DEGRADED[degraded](json.loads((CASES / "query_xml" / "two_h100.json").read_text())["output"])
     with pytest.raises(ValueError):
         parse_query_xml(output)
+
+
+def test_collect_keeps_within_sshds_sessions_per_connection() -> None:
+    """sshd refuses channels past MaxSessions (10 by default) on one connection: the probes of a host run at most
+    CHANNELS_AT_ONCE at a time, however many there are."""
+    import threading
+    import time
+
+    class Counting(RecordedHost):
+        def __init__(self) -> None:
+            super().__init__("gpu_query_fields/driver_535", branch=535)
+            self.open, self.most, self.lock = 0, 0, threading.Lock()
+
+        def run(self, argv, timeout_s, *, become=False):
+            with self.lock:
+                self.open += 1
+                self.most = max(self.most, self.open)
+            time.sleep(0.05)
+            try:
+                return super().run(argv, timeout_s, become=become)
+            finally:
+                with self.lock:
+                    self.open -= 1
+
+    session = Counting()
+    preflight.collect(session, 10)
+    assert len(preflight.PROBES) > preflight.CHANNELS_AT_ONCE and session.most <= preflight.CHANNELS_AT_ONCE

@@ -107,6 +107,11 @@ class Gathered:
     parsed: dict[str, Any] = field(default_factory=dict, repr=False)  # each output parsed once, for every check
 
 
+#: Probes run at once over a host's one connection: sshd refuses channels past its MaxSessions (10 by default) with
+#: "Connect failed", and a probe refused so would be unknown for a reason that is ours, not the node's.
+CHANNELS_AT_ONCE = 8
+
+
 def collect(session: HostSession, timeout_s: float) -> Gathered:
     """Every probe of a host at once, over its one session."""
     gathered = Gathered()
@@ -120,7 +125,7 @@ def collect(session: HostSession, timeout_s: float) -> Gathered:
     except ValueError:
         accepted = None
     probes = [nvidia_smi.gpus_command(accepted) if probe is nvidia_smi.GPUS else probe for probe in PROBES]
-    with ThreadPoolExecutor(max_workers=len(probes)) as pool:
+    with ThreadPoolExecutor(max_workers=min(len(probes), CHANNELS_AT_ONCE)) as pool:
         results = list(pool.map(command, probes))
         for probe in FILES:
             gathered.files[probe.name] = session.read_text(probe.path)
