@@ -129,6 +129,10 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+#: Tries at opening a command's channel: sshd refuses one past its MaxSessions while it closes finished ones.
+CHANNEL_ATTEMPTS = 3
+
+
 class SshSession:
     """One SSH connection per host (fabric on paramiko), shared by every command of a check run, through the
     spec's jump host when it names one.
@@ -161,13 +165,20 @@ class SshSession:
         if escalate:
             command = become_argv(command, with_password=self.become_password is not None)
             stdin = io.StringIO(self.become_password + "\n") if self.become_password is not None else False
-        try:
-            result = self.connection.run(shlex.join(command), hide=True, warn=True, timeout=timeout_s,
-                                         in_stream=stdin)
-        except Exception as error:
-            timed_out = "timed out" in str(error).lower() or type(error).__name__ == "CommandTimedOut"
-            return CommandResult(tuple(argv), 255, "", f"{type(error).__name__}: {error}",
-                                 time.monotonic() - started, timed_out=timed_out)
+        for attempt in range(CHANNEL_ATTEMPTS):
+            try:
+                if stdin is not False:
+                    stdin.seek(0)
+                result = self.connection.run(shlex.join(command), hide=True, warn=True, timeout=timeout_s,
+                                             in_stream=stdin)
+                break
+            except Exception as error:
+                if type(error).__name__ == "ChannelException" and attempt + 1 < CHANNEL_ATTEMPTS:
+                    time.sleep(0.2 * (attempt + 1))  # sshd refused a channel (MaxSessions): ours, try again
+                    continue
+                timed_out = "timed out" in str(error).lower() or type(error).__name__ == "CommandTimedOut"
+                return CommandResult(tuple(argv), 255, "", f"{type(error).__name__}: {error}",
+                                     time.monotonic() - started, timed_out=timed_out)
         refusal = None
         if become and result.exited != 0 and self.user != "root":
             lines = (result.stderr.strip() or result.stdout.strip()).splitlines()

@@ -108,8 +108,9 @@ class Gathered:
 
 
 #: Probes run at once over a host's one connection: sshd refuses channels past its MaxSessions (10 by default) with
-#: "Connect failed", and a probe refused so would be unknown for a reason that is ours, not the node's.
-CHANNELS_AT_ONCE = 8
+#: "Connect failed" (and counts a finished channel until it has closed it), and a probe refused so would be unknown
+#: for a reason that is ours, not the node's.
+CHANNELS_AT_ONCE = 4
 
 
 def collect(session: HostSession, timeout_s: float) -> Gathered:
