@@ -30,6 +30,7 @@ FAULTS = [
     {"kind": "row_remap_pending", "node": "sim04", "target": "gpu5"},
     {"kind": "fabricmanager_down", "node": "sim04"},
     {"kind": "mig_enabled", "node": "sim03", "target": "gpu2"},
+    {"kind": "application_clocks_low", "node": "sim02", "target": "gpu3"},
     {"kind": "thermal_throttle", "node": "sim05", "target": "gpu0"},
     {"kind": "hca_port_down", "node": "sim05", "target": "mlx5_6"},
     {"kind": "rails_swapped", "node": "sim05", "target": "mlx5_0", "params": {"with": "mlx5_3"}},

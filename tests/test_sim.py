@@ -321,6 +321,13 @@ def observe_perftest_without_cuda(host: SimHost) -> None:
     assert refused.returncode == 1 and "unrecognized option '--use_cuda=0'" in refused.stderr
 
 
+def observe_application_clocks_low(host: SimHost) -> None:
+    _install_driver(host)
+    rows = _gpu_rows(host, "index,clocks.applications.graphics,clocks.default_applications.graphics")
+    assert [(row["index"], row["clocks.applications.graphics"]) for row in rows
+            if row["clocks.applications.graphics"] != row["clocks.default_applications.graphics"]] == [("4", "900")]
+
+
 def observe_hca_port_down(host: SimHost) -> None:
     devices = parse_ibstat(host.run("ibstat").stdout)
     assert devices["mlx5_3"].ports[1].state == "DOWN" and devices["mlx5_3"].ports[1].physical_state == "Polling"
@@ -398,6 +405,7 @@ NODE_FAULTS = {
     "fabricmanager_down": ({}, observe_fabricmanager_down),
     "mig_enabled": ({"target": "gpu2"}, observe_mig_enabled),
     "perftest_without_cuda": ({}, observe_perftest_without_cuda),
+    "application_clocks_low": ({"target": "gpu4", "params": {"mhz": 900}}, observe_application_clocks_low),
     "hca_port_down": ({"target": "mlx5_3"}, observe_hca_port_down),
     "ib_link_low_rate": ({"target": "mlx5_5", "params": {"rate": "HDR"}}, observe_ib_link_low_rate),
     "unknown_kernel_log_line": ({}, observe_unknown_kernel_log_line),

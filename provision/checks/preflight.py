@@ -546,14 +546,22 @@ def check_fabric_manager(gathered: Gathered, expect: Expectations) -> list[Check
 
 
 def check_gpu_modes(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
-    """Persistence mode on (the driver keeps the GPUs initialised between jobs; nvidia-persistenced) and MIG off: the
-    burn-in measures, and admits, whole GPUs."""
+    """The applied clocks at their default (a GPU left at lowered application clocks computes slower for every job),
+    persistence mode on (the driver keeps the GPUs initialised between jobs; nvidia-persistenced) and MIG off: the
+    burn-in measures, and admits, whole GPUs at their clocks."""
     gpus = _gpus(gathered)
     off = [f"GPU {gpu['index']}: persistence mode {gpu['persistence_mode']}" for gpu in gpus
            if gpu["persistence_mode"] != "Enabled"]
     mig = [f"GPU {gpu['index']}: MIG {gpu['mig.mode.current']}" for gpu in gpus
            if gpu["mig.mode.current"] not in ("Disabled", "[N/A]", "N/A")]
-    return [_result("persistence", off, "persistence mode on every GPU",
+    lowered = [f"GPU {gpu['index']}: application clocks {gpu['clocks.applications.graphics']} MHz, below the "
+               f"default {gpu['clocks.default_applications.graphics']} MHz" for gpu in gpus
+               if gpu["clocks.applications.graphics"].isdigit()
+               and gpu["clocks.default_applications.graphics"].isdigit()
+               and int(gpu["clocks.applications.graphics"]) < int(gpu["clocks.default_applications.graphics"])]
+    return [_result("clocks", lowered, "application clocks at their default on every GPU",
+                    "nvidia-smi -rac (reset application clocks) and -rgc (locked clocks); find what set them"),
+            _result("persistence", off, "persistence mode on every GPU",
                     "systemctl enable --now nvidia-persistenced (re-run provision apply)"),
             _result("mig", mig, "MIG off on every GPU (whole GPUs are burned in and admitted)",
                     "nvidia-smi -mig 0 on each GPU, then reset the GPUs or reboot")]
@@ -615,7 +623,7 @@ CHECKS: dict[tuple[str, ...], Evaluator] = {
     ("nvlink_errors",): check_nvlink_errors,
     ("throttle",): check_throttle,
     ("fabric_manager",): check_fabric_manager,
-    ("persistence", "mig"): check_gpu_modes,
+    ("clocks", "persistence", "mig"): check_gpu_modes,
     ("disk", "swap"): check_disk,
 }
 

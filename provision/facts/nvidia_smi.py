@@ -243,7 +243,8 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
 GPU_FIELDS = ["index", "uuid", "serial", "pci.bus_id", "driver_version", "vbios_version", "ecc.mode.current",
               "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total", "ecc.errors.corrected.volatile.total",
               "temperature.gpu", "pcie.link.gen.max", "pcie.link.width.current", "clocks_event_reasons.active",
-              "persistence_mode", "mig.mode.current"]
+              "persistence_mode", "mig.mode.current", "clocks.applications.graphics",
+              "clocks.default_applications.graphics"]
 REMAP_FIELDS = ["gpu_bus_id", "remapped_rows.failure", "remapped_rows.pending", "remapped_rows.correctable",
                 "remapped_rows.uncorrectable"]
 

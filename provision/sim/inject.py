@@ -210,6 +210,10 @@ def perftest_without_cuda(node: NodeContext, params: dict[str, Any], target: str
     node.state["perftest_without_cuda"] = True
 
 
+def application_clocks_low(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.gpu(target)["application_clock_mhz"] = params["mhz"]
+
+
 def mig_enabled(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     node.gpu(target)["mig_mode"] = "Enabled"
 
@@ -247,6 +251,6 @@ INJECTORS: dict[str, Injector] = {
     "thermal_throttle": thermal_throttle, "nvlink_errors_growing": nvlink_errors_growing,
     "hca_port_down": hca_port_down, "ib_link_low_rate": ib_link_low_rate, "rails_swapped": rails_swapped,
     "fabricmanager_down": fabricmanager_down, "mig_enabled": mig_enabled,
-    "perftest_without_cuda": perftest_without_cuda,
+    "perftest_without_cuda": perftest_without_cuda, "application_clocks_low": application_clocks_low,
     "unknown_kernel_log_line": unknown_kernel_log_line, "disk_full": disk_full,
 }

@@ -81,6 +81,9 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("fabricmanager_down", "node", "node", "preflight", "fabric_manager",
               "nvidia-fabricmanager starts and dies on an NVSwitch board (systemctl start says nothing, the unit "
               "ends failed): CUDA would report error 802 to every worker; preflight's fabric-manager check fails"),
+    FaultKind("application_clocks_low", "node", _GPU, "preflight", "clocks",
+              "a GPU left at lowered application clocks (nvidia-smi -ac by a previous tenant or a tuning script); "
+              "preflight's clocks check fails it", {"mhz": Param(int, 1200, 210, 1980)}),
     FaultKind("mig_enabled", "node", _GPU, "preflight", "mig",
               "a GPU left in MIG mode; preflight's MIG check fails (the burn-in measures and admits whole GPUs)"),
     FaultKind("perftest_without_cuda", "node", "node", "pairs", "perftest",

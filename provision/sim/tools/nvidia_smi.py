@@ -36,6 +36,8 @@ THROTTLE_REASONS = (  # (-q label, query field suffix, state name)
 )
 THROTTLE_BITS = {"gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
                  "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake": 0x80}
+#: The simulated GPUs' default application (graphics) clock.
+DEFAULT_APPLICATION_MHZ = 1980
 #: The driver branch whose nvidia-smi names clock event reasons (the throttle names stay as aliases).
 EVENT_NAMES_FROM = 535
 SECTIONS = {"MEMORY", "UTILIZATION", "ECC", "TEMPERATURE", "POWER", "CLOCK", "COMPUTE", "PIDS", "PERFORMANCE",
@@ -167,6 +169,8 @@ class Smi:
             "persistence_mode": ("Enabled" if self._service_active("nvidia-persistenced") else "Disabled", ""),
             "clocks_throttle_reasons.active": (f"0x{mask:016X}", ""),
             "mig.mode.current": (gpu.get("mig_mode", "Disabled"), ""),
+            "clocks.applications.graphics": (str(gpu.get("application_clock_mhz", DEFAULT_APPLICATION_MHZ)), " MHz"),
+            "clocks.default_applications.graphics": (str(DEFAULT_APPLICATION_MHZ), " MHz"),
         }
         for _label, suffix, key in THROTTLE_REASONS:
             values[f"clocks_throttle_reasons.{suffix}"] = ("Active" if key in active else "Not Active", "")
@@ -199,7 +203,8 @@ class Smi:
                   "temperature.gpu", "ecc.mode.current", "ecc.mode.pending", "ecc.errors.uncorrected.volatile.total",
                   "ecc.errors.corrected.volatile.total", "memory.total", "pcie.link.gen.current", "pcie.link.gen.max",
                   "pcie.link.width.current", "pcie.link.width.max", "persistence_mode",
-                  "clocks_throttle_reasons.active", "mig.mode.current"]
+                  "clocks_throttle_reasons.active", "mig.mode.current", "clocks.applications.graphics",
+                  "clocks.default_applications.graphics"]
         return values + [f"clocks_throttle_reasons.{suffix}" for _label, suffix, _key in THROTTLE_REASONS]
 
     def query_gpu(self, fields: list[str], options: set[str], index: str | None) -> None:
