@@ -300,8 +300,8 @@ def gpus_command(accepted: list[str] | None) -> fact.Fact:
 
 #: Which ``--query-gpu`` fields this driver knows: read once per node before the GPU query is built.
 GPU_QUERY_FIELDS = fact.command("gpu_query_fields", ["nvidia-smi", "--help-query-gpu"], parse_help_query)
-GPUS = fact.command("gpus", ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"],
-                    lambda text: parse_gpu_rows(text, GPU_FIELDS, "pci.bus_id"))
+#: The GPU query with the newest field names (what preflight asks when the driver lists none).
+GPUS = gpus_command(None)
 REMAPPED_ROWS = fact.command("remapped_rows", ["nvidia-smi", f"--query-remapped-rows={','.join(REMAP_FIELDS)}",
                                                "--format=csv,noheader"],
                              lambda text: parse_gpu_rows(text, REMAP_FIELDS, "gpu_bus_id"))
