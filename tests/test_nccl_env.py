@@ -40,11 +40,10 @@ def test_the_bootstrap_interface_is_the_one_toward_the_master() -> None:
 
 def test_perftest_counts_gpus_in_pci_order(tmp_path: Path) -> None:
     """ib_write_bw --use_cuda=N picks CUDA's GPU N: it must run with PCI bus order, as nvidia-smi numbers GPUs."""
-    from fabric_tests.perftest import _start
+    from fabric_tests.perftest import _Running
 
     tool = tmp_path / "ib_write_bw"
     tool.write_text('#!/bin/sh\necho "order=$CUDA_DEVICE_ORDER"\n')
     tool.chmod(0o755)
-    process = _start(str(tool), {"device": "mlx5_0", "port": 18515, "args": ["--use_cuda=3"]})
-    stdout, _ = process.communicate(timeout=10)
+    _, stdout, _ = _Running(str(tool), {"device": "mlx5_0", "port": 18515, "args": ["--use_cuda=3"]}, 1).collect()
     assert stdout.strip() == "order=PCI_BUS_ID"
