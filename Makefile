@@ -40,9 +40,10 @@ lint: install
 test: install apt-packages lint
 	$(BIN)/pytest
 
-# The pure parts: parsers, judgements, the fabric model, the spec, the layering; no cluster bring-up (< 60 s).
+# Every test that starts no cluster, daemon, browser or process (tests/conftest.py marks the others slow): parsers,
+# judgements, replayed launches, the fabric model, the spec, the layering (< 30 s).
 test-fast: install
-	PROVISION_FUZZ_EXAMPLES=200 PROVISION_FUZZ_CASES=200 $(BIN)/pytest -m "fast and not slow" -q
+	PROVISION_FUZZ_EXAMPLES=200 PROVISION_FUZZ_CASES=200 $(BIN)/pytest -m "not slow" -q
 
 # The long run of the spec fuzzers: 10,000 mutated files through validate, 20,000 hypothesis mutants.
 fuzz: install

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
+import copy
 import json
+import shutil
+import sqlite3
 import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
 
 from provision.sim import cluster
+from provision.sim.host import inject_now, read_recipe, write_recipe
+from provision.sim.node import load_state, save_state
 from provision.spec import load_spec
+from provision.spec.faults import CATALOG
 from tests.conftest import EXAMPLES
+from topology import hostlist
 
 
 def write_spec(directory: Path, faults: list[dict], *, hosts: str = "sim[01-02]", seed: int = 3,
@@ -63,13 +72,103 @@ def shrink_to_four_gpus(spec: Path, **workload: int | str) -> Path:
 
 
 def provision_then_burn_in(spec: Path) -> dict:
-    """``apply`` up to provisioning, then ``burnin --json``: its exit code, payload, run directory and nodes."""
+    """``apply`` up to provisioning, then ``burnin --json``: its exit code, payload, run directory and nodes.
+
+    Provisioning is the playbooks' test (test_provision*, test_sim_namespace and the end-to-end runs), not the
+    burn-in's: a spec whose faults all strike after provisioning (rank faults, a perftest without CUDA, the
+    fabric's cables) starts from a copy of a fault-free cluster provisioned once per session, its faults then
+    injected into the running hosts as hardware fails in service (:func:`provision.sim.host.inject_now`)."""
     from tests.conftest import run_cli
 
-    applied = run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=600)
-    assert applied.returncode == 0, applied.stderr
+    provision(spec)
     result = run_cli("burnin", str(spec), "--json", timeout=600)
     assert result.stdout, result.stderr
     payload = json.loads(result.stdout)
     return {"spec": spec, "rc": result.returncode, "payload": payload, "run_dir": Path(payload["run_dir"]),
             "nodes": {row["node"]: row for row in payload["nodes"]}}
+
+
+def provision(spec: Path) -> None:
+    """The spec's cluster provisioned, from a copy of one provisioned this session where the spec allows."""
+    from tests.conftest import run_cli
+
+    if not _from_provisioned(spec):
+        applied = run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=600)
+        assert applied.returncode == 0, applied.stderr
+
+
+PROVISIONED_HOSTS = "sim[01-08]"
+IN_SERVICE_NODE_FAULTS = {"perftest_without_cuda"}  # node faults no playbook touches: the same struck before or after
+_provisioned: dict[str, Path] = {}  # a spec's shape -> the folder of a cluster of that shape provisioned this session
+
+
+def _shape(data: dict) -> str:
+    """What provisioning depends on: the spec less its hosts (a subset of one provisioned cluster will do), its
+    faults and collective semantics (set per host below), its burn-in and its admission."""
+    shape = copy.deepcopy(data)
+    shape["nodes"]["groups"][0]["hosts"] = None
+    shape["simulation"] = {"seed": data["simulation"]["seed"]}
+    shape.pop("burnin", None)
+    shape.pop("admission", None)
+    return yaml.safe_dump(shape, sort_keys=True)
+
+
+def _from_provisioned(spec: Path) -> bool:
+    data = yaml.safe_load(spec.read_text())
+    groups = data["nodes"]["groups"]
+    faults = data.get("simulation", {}).get("faults", [])
+    if len(groups) != 1 or not set(hostlist.expand(groups[0]["hosts"])) <= set(hostlist.expand(PROVISIONED_HOSTS)) \
+            or any(CATALOG[fault["kind"]].layer == "node" and fault["kind"] not in IN_SERVICE_NODE_FAULTS
+                   for fault in faults) or (spec.parent / ".provision").exists():
+        return False
+    shape = _shape(data)
+    if shape not in _provisioned:
+        _provisioned[shape] = _provision_once(data)
+    source = _provisioned[shape]
+    shutil.copytree(source / ".provision", spec.parent / ".provision", symlinks=True)
+    _relocate(spec.parent / ".provision", str(source), str(spec.parent))
+    loaded = load_spec(spec)
+    state_dir = spec.parent / ".provision" / loaded.spec.cluster.name
+    rows = cluster.describe_faults(loaded)
+    semantics = loaded.spec.simulation.collective_semantics if loaded.spec.simulation else "gloo"
+    for host in loaded.node_names:
+        host_dir = cluster.node_paths(state_dir, host).root.parent
+        recipe = read_recipe(host_dir)
+        assert recipe is not None, host
+        struck = [{**row, "injected": True} for row in rows if row["node"] == host and row["layer"] in ("node", "rank")]
+        write_recipe(host_dir, {**recipe, "faults": struck, "collective_semantics": semantics})
+        root = cluster.node_paths(state_dir, host).root
+        save_state(root, {**load_state(root), "collective_semantics": semantics})
+        for row in struck:
+            inject_now(host_dir, row["kind"], row["target"], row["params"])
+    return True
+
+
+def _provision_once(data: dict) -> Path:
+    from tests.conftest import run_cli
+
+    directory = Path(tempfile.mkdtemp(prefix="provisioned-"))
+    atexit.register(shutil.rmtree, directory, True)
+    whole = copy.deepcopy(data)
+    whole["nodes"]["groups"][0]["hosts"] = PROVISIONED_HOSTS
+    whole["simulation"] = {"seed": data["simulation"]["seed"], "faults": []}
+    (directory / "spec.yaml").write_text(yaml.safe_dump(whole, sort_keys=False))
+    applied = run_cli("apply", str(directory / "spec.yaml"), "--phases", "simulate,register,provision", timeout=600)
+    assert applied.returncode == 0, applied.stderr
+    return directory
+
+
+def _relocate(tree: Path, old: str, new: str) -> None:
+    """A copied state folder names its own paths: the state store's rows and the hosts' files (a unit file's
+    ExecStart, a recipe) say where the cluster lives."""
+    for path in tree.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.suffix != ".db":
+            content = path.read_bytes()
+            if old.encode() in content:
+                path.write_bytes(content.replace(old.encode(), new.encode()))
+    for database in tree.rglob("*.db"):
+        with sqlite3.connect(database) as connection:
+            for (table,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+                for column in connection.execute(f"PRAGMA table_info({table})").fetchall():
+                    if column[2].upper() == "TEXT":
+                        connection.execute(f"UPDATE {table} SET {column[1]} = replace({column[1]}, ?, ?)", (old, new))

@@ -150,10 +150,11 @@ def test_an_internal_error_exits_3_and_names_the_run_directory(sim_spec: Path, m
 
 
 def test_secrets_from_the_environment_reach_no_file(tmp_path: Path) -> None:
-    from tests.simhelpers import write_spec
+    from tests.simhelpers import shrink_to_four_gpus, write_spec
 
     canary = "canary-7f3e9a-never-store-me"
-    spec = write_spec(tmp_path, [], hosts="sim[01-02]")  # every phase, the playbooks included
+    spec = shrink_to_four_gpus(write_spec(tmp_path, [], hosts="sim[01-02]"))  # every phase and stage, the playbooks
+    # included
     spec.write_text(spec.read_text().replace("connection:\n", "connection:\n  become_password: {env: "
                                                               "PROVISION_BECOME_PASSWORD}\n"))
     missing = run_cli("apply", str(spec), "--phases", "simulate,register,provision")
