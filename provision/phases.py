@@ -6,7 +6,6 @@ Kept apart from :mod:`provision.pipeline` (which orders the phases) so a phase m
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,7 +21,6 @@ class PhaseContext:
     store: StateStore
     run: RunRecord
     targets: list[ResolvedNode]
-    advance: Callable[[int], None] = lambda steps: None
     forks: int = 8
     secrets: dict[str, str] = field(default_factory=dict)  # never logged, stored or written to the run
     retest_quarantined: bool = False  # burn-in takes quarantined nodes back (``provision burnin``)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +69,6 @@ class RegisterPhase:
         context.store.record_results(context.run.id, self.name, [
             (node.name, "in-spec", "added" if node.name in added else "returned" if node.name in returning
              else "unchanged", {"group": node.group, "address": node.address}) for node in context.targets])
-        context.advance(len(context.targets))
         context.run.event("phase.register", added=change.added, returning=change.returning, removed=change.removed)
         return self._report(change, "")
 
@@ -111,7 +109,6 @@ class SimulatePhase:
         manifest = sim_cluster.up(context.loaded, context.store.state_dir)
         for node in context.targets:  # the hosts this run will touch are built now, not mid-playbook
             sim_cluster.materialize(context.store.state_dir, [node.name])
-            context.advance(1)
         context.run.event("phase.simulate", changed=manifest["changed"], faults=manifest["faults"])
         return PhaseReport(self.name, sim_cluster.summary(manifest), {"faults": manifest["faults"]})
 
@@ -229,7 +226,6 @@ class ProvisionPhase:
                     evidence = {**evidence, "bmc": cycled.cycles.get(host, {"detail": cycled.still_down[host]})}
                 context.store.transition(host, NodeState.QUARANTINED, run_id=context.run.id, stage="provision",
                                          reason=reason, evidence=evidence)
-            context.advance(1)
         context.store.record_results(context.run.id, self.name, rows)
         (context.run.path / "provision.json").write_text(json.dumps([row[3] for row in rows], indent=2))
         summary = f"{len(hosts) - len(failed) - len(stopped)} host(s) converged ({len(changed)} changed)"
@@ -293,7 +289,6 @@ def apply(
     limit: str | None = None,
     phases: str | None = None,
     wait_lock_s: float = 0.0,
-    progress: Callable[[str, int], Callable[[int], None]] | None = None,
     forks: int | None = None,
     command: str = "apply",
     retest_quarantined: bool = False,
@@ -314,8 +309,7 @@ def apply(
         reports, stopped = [], ""
         for phase in chosen:
             run.event("phase.started", phase=phase.name, hosts=[node.name for node in targets])
-            advance = progress(phase.description, len(targets)) if progress else (lambda steps: None)
-            context = PhaseContext(loaded, store, run, targets, advance, forks or loaded.spec.connection.forks,
+            context = PhaseContext(loaded, store, run, targets, forks or loaded.spec.connection.forks,
                                    secrets, retest_quarantined)
             try:
                 report = phase.run(context)

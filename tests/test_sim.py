@@ -306,7 +306,7 @@ def observe_fabricmanager_down(host: SimHost) -> None:
     host.run("apt-get", "install", "-y", f"nvidia-fabricmanager-535={PINNED}-1")
     assert host.run("systemctl", "start", "nvidia-fabricmanager").returncode == 0  # the start itself succeeds
     unit = FABRIC_MANAGER.parse(host.run(*FABRIC_MANAGER.argv).stdout)
-    assert (unit["LoadState"], unit["ActiveState"]) == ("loaded", "failed")
+    assert (unit.load_state, unit.active_state) == ("loaded", "failed")
     assert host.run("systemctl", "is-active", "nvidia-fabricmanager", check=False).stdout.strip() == "failed"
 
 
@@ -564,7 +564,7 @@ def test_a_pre_535_driver_knows_only_the_throttle_names_and_preflight_asks_for_t
     gathered = preflight.collect(session, 30)
     assert "gpus" in gathered.outputs, gathered.problems.get("gpus")
     rows = preflight.nvidia_smi.GPUS.parse(gathered.outputs["gpus"])
-    assert len(rows) == 8 and all(row["clocks_event_reasons.active"].startswith("0x") for row in rows)
+    assert len(rows) == 8 and all(row.clocks_event_reasons.startswith("0x") for row in rows)
     current = SimHost(state, "sim01")  # the pinned 535 host names both
     _install_driver(current)
     assert "clocks_event_reasons.active" in parse_help_query(current.run("nvidia-smi", "--help-query-gpu").stdout)

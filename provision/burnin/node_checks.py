@@ -31,12 +31,9 @@ def check_node(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> list[
         session.close()
 
 
-def run_preflight(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, forks: int,
-                  on_node=lambda verdict: None) -> list[NodeVerdict]:
+def run_preflight(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, forks: int) -> list[NodeVerdict]:
     def one(node: ResolvedNode) -> NodeVerdict:
-        verdict = judge(loaded.spec.admission, node.name, "preflight", check_node(loaded, node, state_dir))
-        on_node(verdict)
-        return verdict
+        return judge(loaded.spec.admission, node.name, "preflight", check_node(loaded, node, state_dir))
 
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(nodes)))) as pool:
         return list(pool.map(one, nodes))

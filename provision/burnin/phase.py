@@ -37,8 +37,7 @@ StageRunner = Callable[[PhaseContext, list[ResolvedNode]], list[NodeVerdict]]
 
 
 def _preflight(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
-    return run_preflight(context.loaded, nodes, context.store.state_dir, context.forks,
-                         on_node=lambda verdict: context.advance(1))
+    return run_preflight(context.loaded, nodes, context.store.state_dir, context.forks)
 
 
 def _seed(context: PhaseContext) -> int:
@@ -48,7 +47,6 @@ def _seed(context: PhaseContext) -> int:
 def _node(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     verdicts = multinode.run_node_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
                                         evidence_dir=context.run.path / "workers")
-    context.advance(len(nodes))
     return verdicts
 
 
@@ -67,7 +65,6 @@ def _pairs(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict
                       coverable=summary.get("coverage", {}).get("switch_cables_coverable", 0),
                       fabric_findings=[finding["cable"] for finding in report.fabric_suspects],
                       unexplained=len(summary.get("unexplained", [])))
-    context.advance(len(nodes))
     return report.verdicts
 
 
@@ -78,7 +75,6 @@ def _collectives(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeV
                                                    evidence_dir=context.run.path / "workers")
     except multinode.SYSTEMIC as problem:
         raise SystemicFailure(str(problem)) from None
-    context.advance(len(nodes))
     return verdicts
 
 
@@ -89,7 +85,6 @@ def _training(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerd
                                                evidence_dir=context.run.path / "workers")
     except multinode.FailedEverywhere as problem:
         raise SystemicFailure(str(problem)) from None
-    context.advance(len(nodes))
     return verdicts
 
 

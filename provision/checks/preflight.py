@@ -8,27 +8,28 @@ per check. A probe that fails makes the checks that need it ``unknown``, never `
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from provision.catalog import GPU_MODELS
 from provision.checks import kernel_allowlist
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, packages, system
-from provision.facts.fact import Fact
+from provision.facts.fact import Fact, Parsed
 from provision.observe import CommandResult, HostSession
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds
 
 #: What preflight reads from a host; each fact's command (or file) and parser live in its own module.
-PROBES: tuple[Fact, ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
+PROBES: tuple[Fact[Any], ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
                             nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, lspci.LSPCI,
                             infiniband.IBSTAT, system.DF, packages.FABRIC_MANAGER)
-FILES: tuple[Fact, ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES, packages.DPKG_STATUS)
-LINKS: tuple[Fact, ...] = (lspci.PCI_DEVICES, infiniband.INFINIBAND)
+FILES: tuple[Fact[Any], ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES, packages.DPKG_STATUS)
+LINKS: tuple[Fact[Any], ...] = (lspci.PCI_DEVICES, infiniband.INFINIBAND)
 GPU_FIELDS, REMAP_FIELDS = nvidia_smi.GPU_FIELDS, nvidia_smi.REMAP_FIELDS
 
 #: Imbue's hardware set (field guide 3.2): these Xids fail a node; any other Xid is a warning.
@@ -68,7 +69,7 @@ class Expectations:
     acs_scope: str
     thresholds: dict[str, float]
     uuid_blocklist: frozenset[str] = frozenset()
-    allowlist: tuple = ()
+    allowlist: tuple[re.Pattern[str], ...] = ()
     rails: tuple[tuple[str, int], ...] = ()  # (HCA, the GPU index the spec pairs it with)
     nvswitch: bool = False  # an NVSwitch board: CUDA needs nvidia-fabricmanager running
 
@@ -117,7 +118,7 @@ def collect(session: HostSession, timeout_s: float) -> Gathered:
     """Every probe of a host at once, over its one session."""
     gathered = Gathered()
 
-    def command(probe: Fact) -> tuple[str, CommandResult]:
+    def command(probe: Fact[Any]) -> tuple[str, CommandResult]:
         return probe.name, session.run(probe.argv, timeout_s, become=probe.needs_root)
 
     asked = session.run(nvidia_smi.GPU_QUERY_FIELDS.argv, timeout_s)  # the names this driver gives its fields
@@ -154,7 +155,7 @@ def _need(gathered: Gathered, *names: str) -> list[str]:
     return [gathered.outputs[name] for name in names]
 
 
-def _parse(gathered: Gathered, probe: Fact) -> Any:
+def _parse(gathered: Gathered, probe: Fact[Parsed]) -> Parsed:
     """The probe's parser over its output, once per host however many checks read it."""
     if probe.name not in gathered.parsed:
         (text,) = _need(gathered, probe.name)
@@ -162,7 +163,7 @@ def _parse(gathered: Gathered, probe: Fact) -> Any:
             raise Unknown(f"{' '.join(probe.argv)[:60]} printed a last line with no end: cut short "
                           f"({text.splitlines()[-1][-80:]!r})")
         gathered.parsed[probe.name] = probe.parse(text)
-    return gathered.parsed[probe.name]
+    return cast(Parsed, gathered.parsed[probe.name])
 
 
 def _kernel_lines(gathered: Gathered) -> list[kernel_log.KernelLine]:
@@ -186,7 +187,7 @@ def _result(check: str, failures: list[str], ok: str, remediation: str, *, outco
     return CheckResult(check, outcome, message, remediation, evidence if evidence is not None else failures)
 
 
-def _gpus(gathered: Gathered) -> list[dict[str, str]]:
+def _gpus(gathered: Gathered) -> list[nvidia_smi.Gpu]:
     return _parse(gathered, nvidia_smi.GPUS)
 
 
@@ -195,24 +196,24 @@ def check_gpu_count(gathered: Gathered, expect: Expectations) -> list[CheckResul
     failures = []
     if len(gpus) != expect.gpu_count:
         failures.append(f"{len(gpus)} GPUs visible, the spec says {expect.gpu_count}")
-    failures += [f"GPU {gpu['index']} ({gpu['pci.bus_id']}) has blocklisted UUID {gpu['uuid']}" for gpu in gpus
-                 if gpu["uuid"].upper() in expect.uuid_blocklist]
+    failures += [f"GPU {gpu.index} ({gpu.bus_id}) has blocklisted UUID {gpu.uuid}" for gpu in gpus
+                 if gpu.uuid.upper() in expect.uuid_blocklist]
     result = _result("gpu_count", failures, f"{len(gpus)} GPUs", "reseat the missing GPU or RMA the board; "
                      "a blocklisted GPU must be replaced")
-    result.evidence += [f"{gpu['index']} {gpu['pci.bus_id']} {gpu['uuid']} {gpu['serial']}" for gpu in gpus]
+    result.evidence += [f"{gpu.index} {gpu.bus_id} {gpu.uuid} {gpu.serial}" for gpu in gpus]
     return [result]
 
 
 def check_driver(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     gpus = _gpus(gathered)
-    failures = [f"GPU {gpu['index']} runs driver {gpu['driver_version']}, the spec pins {expect.driver}"
-                for gpu in gpus if gpu["driver_version"] != expect.driver]
+    failures = [f"GPU {gpu.index} runs driver {gpu.driver_version}, the spec pins {expect.driver}"
+                for gpu in gpus if gpu.driver_version != expect.driver]
     results = [_result("driver", failures[:1], f"driver {expect.driver}", "re-run provision apply (gpu_driver)")]
-    vbios = sorted({gpu["vbios_version"] for gpu in gpus})
+    vbios = sorted({gpu.vbios_version for gpu in gpus})
     if len(vbios) > 1:
         results.append(CheckResult("vbios", Outcome.WARNING, f"GPUs carry {len(vbios)} VBIOS versions: "
                                    f"{', '.join(vbios)}", "flash every GPU to one VBIOS",
-                                   [f"GPU {gpu['index']}: {gpu['vbios_version']}" for gpu in gpus]))
+                                   [f"GPU {gpu.index}: {gpu.vbios_version}" for gpu in gpus]))
     else:
         results.append(CheckResult("vbios", Outcome.OK, f"one VBIOS {vbios[0] if vbios else '-'}"))
     return results
@@ -222,17 +223,17 @@ def check_ecc(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     gpus = _gpus(gathered)
     failures = []
     for gpu in gpus:
-        if gpu["ecc.mode.current"] != "Enabled" or gpu["ecc.mode.pending"] != "Enabled":
-            failures.append(f"GPU {gpu['index']}: ECC {gpu['ecc.mode.current']} (pending {gpu['ecc.mode.pending']})")
-        if _int(gpu["ecc.errors.uncorrected.volatile.total"]) > 0:
-            failures.append(f"GPU {gpu['index']}: {gpu['ecc.errors.uncorrected.volatile.total']} uncorrectable "
+        if gpu.ecc_mode != "Enabled" or gpu.ecc_mode_pending != "Enabled":
+            failures.append(f"GPU {gpu.index}: ECC {gpu.ecc_mode} (pending {gpu.ecc_mode_pending})")
+        if _int(gpu.ecc_uncorrected_volatile) > 0:
+            failures.append(f"GPU {gpu.index}: {gpu.ecc_uncorrected_volatile} uncorrectable "
                             "volatile ECC errors")
     result = _result("ecc", failures, "ECC on, no uncorrectable errors",
                      "nvidia-smi -e 1 and reboot if ECC is off; reset the GPU, RMA if errors return")
     if result.outcome is Outcome.OK:
         limit = expect.thresholds["corrected_ecc"]
-        noisy = [f"GPU {gpu['index']}: {gpu['ecc.errors.corrected.volatile.total']} corrected ECC errors"
-                 for gpu in gpus if _int(gpu["ecc.errors.corrected.volatile.total"]) > limit]
+        noisy = [f"GPU {gpu.index}: {gpu.ecc_corrected_volatile} corrected ECC errors"
+                 for gpu in gpus if _int(gpu.ecc_corrected_volatile) > limit]
         result = _result("ecc", noisy, result.message, "watch the corrected-error rate; RMA if it keeps rising",
                          outcome=Outcome.WARNING)
     return [result]
@@ -242,10 +243,10 @@ def check_row_remap(gathered: Gathered, expect: Expectations) -> list[CheckResul
     remapped, retired = _parse(gathered, nvidia_smi.REMAPPED_ROWS), _parse(gathered, nvidia_smi.RETIRED_PAGES)
     failures = []
     for row in remapped:
-        if row["remapped_rows.failure"] in ("1", "Yes"):
-            failures.append(f"GPU {row['gpu_bus_id']}: row remapping failed (RMA)")
-        if row["remapped_rows.pending"] in ("1", "Yes"):
-            failures.append(f"GPU {row['gpu_bus_id']}: a row remap is pending")
+        if row.failure in ("1", "Yes"):
+            failures.append(f"GPU {row.bus_id}: row remapping failed (RMA)")
+        if row.pending in ("1", "Yes"):
+            failures.append(f"GPU {row.bus_id}: a row remap is pending")
     for bus_id, tree in retired.gpus.items():
         pages = tree.get("Retired Pages")  # a one-line "N/A" on a GPU without page retirement
         if isinstance(pages, dict) and "Yes" in (pages.get("Pending Page Blacklist"), pages.get("Pending")):
@@ -318,9 +319,9 @@ def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResul
                             f"x{expect.gpu_pcie[1]}")
     if "gpus" not in gathered.problems:
         for gpu in _gpus(gathered):
-            if _int(gpu["pcie.link.gen.max"]) < expect.gpu_pcie[0]:
-                failures.append(f"GPU {gpu['index']} ({gpu['pci.bus_id']}) can train only to Gen"
-                                f"{gpu['pcie.link.gen.max']}, the spec says Gen{expect.gpu_pcie[0]}")
+            if _int(gpu.pcie_gen_max) < expect.gpu_pcie[0]:
+                failures.append(f"GPU {gpu.index} ({gpu.bus_id}) can train only to Gen"
+                                f"{gpu.pcie_gen_max}, the spec says Gen{expect.gpu_pcie[0]}")
     for hca in expect.rail_hcas:
         found = devices.get(hca_addresses.get(hca, ""))
         if found is None or found.link_status is None:
@@ -354,7 +355,7 @@ def check_rail_map(gathered: Gathered, expect: Expectations) -> list[CheckResult
         return [CheckResult("rail_map", Outcome.SILENCED, "the spec maps no rails")]
     devices = gathered.links.get("pci_devices") or {}
     hca_chains = {hca: _pci_chain(target) for hca, target in (gathered.links.get("infiniband") or {}).items()}
-    gpu_bus = {int(gpu["index"]): _bus_id(gpu["pci.bus_id"]) for gpu in _gpus(gathered)}
+    gpu_bus = {int(gpu.index): _bus_id(gpu.bus_id) for gpu in _gpus(gathered)}
     rail_hcas = [hca for hca, _ in expect.rails if hca_chains.get(hca)]
     failures, judged = [], 0
     for hca, index in expect.rails:
@@ -522,12 +523,12 @@ def check_fabric_manager(gathered: Gathered, expect: Expectations) -> list[Check
     if not expect.nvswitch:
         return [CheckResult("fabric_manager", Outcome.SILENCED, "no NVSwitch in the spec: no fabric manager needed")]
     unit = _parse(gathered, packages.FABRIC_MANAGER)
-    if unit["LoadState"] == "not-found":
+    if unit.load_state == "not-found":
         return [CheckResult("fabric_manager", Outcome.FAILED, "nvidia-fabricmanager is not installed",
                             "re-run provision apply (gpu_driver installs it at the driver's version)")]
     failures = []
-    if unit["ActiveState"] != "active":
-        failures.append(f"nvidia-fabricmanager is {unit['ActiveState']} ({unit.get('SubState', '?')}): CUDA sees no "
+    if unit.active_state != "active":
+        failures.append(f"nvidia-fabricmanager is {unit.active_state} ({unit.sub_state or '?'}): CUDA sees no "
                         "GPU on an NVSwitch board until it runs (error 802)")
     text = gathered.files.get(packages.DPKG_STATUS.name)
     if text is None:
@@ -550,15 +551,15 @@ def check_gpu_modes(gathered: Gathered, expect: Expectations) -> list[CheckResul
     persistence mode on (the driver keeps the GPUs initialised between jobs; nvidia-persistenced) and MIG off: the
     burn-in measures, and admits, whole GPUs at their clocks."""
     gpus = _gpus(gathered)
-    off = [f"GPU {gpu['index']}: persistence mode {gpu['persistence_mode']}" for gpu in gpus
-           if gpu["persistence_mode"] != "Enabled"]
-    mig = [f"GPU {gpu['index']}: MIG {gpu['mig.mode.current']}" for gpu in gpus
-           if gpu["mig.mode.current"] not in ("Disabled", "[N/A]", "N/A")]
-    lowered = [f"GPU {gpu['index']}: application clocks {gpu['clocks.applications.graphics']} MHz, below the "
-               f"default {gpu['clocks.default_applications.graphics']} MHz" for gpu in gpus
-               if gpu["clocks.applications.graphics"].isdigit()
-               and gpu["clocks.default_applications.graphics"].isdigit()
-               and int(gpu["clocks.applications.graphics"]) < int(gpu["clocks.default_applications.graphics"])]
+    off = [f"GPU {gpu.index}: persistence mode {gpu.persistence_mode}" for gpu in gpus
+           if gpu.persistence_mode != "Enabled"]
+    mig = [f"GPU {gpu.index}: MIG {gpu.mig_mode}" for gpu in gpus
+           if gpu.mig_mode not in ("Disabled", "[N/A]", "N/A")]
+    lowered = [f"GPU {gpu.index}: application clocks {gpu.application_clock_mhz} MHz, below the "
+               f"default {gpu.default_application_clock_mhz} MHz" for gpu in gpus
+               if gpu.application_clock_mhz.isdigit()
+               and gpu.default_application_clock_mhz.isdigit()
+               and int(gpu.application_clock_mhz) < int(gpu.default_application_clock_mhz)]
     return [_result("clocks", lowered, "application clocks at their default on every GPU",
                     "nvidia-smi -rac (reset application clocks) and -rgc (locked clocks); find what set them"),
             _result("persistence", off, "persistence mode on every GPU",
@@ -570,12 +571,12 @@ def check_gpu_modes(gathered: Gathered, expect: Expectations) -> list[CheckResul
 def check_throttle(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     failures = []
     for gpu in _gpus(gathered):
-        mask = int(gpu["clocks_event_reasons.active"], 16)
+        mask = int(gpu.clocks_event_reasons, 16)
         reasons = [name for bit, name in THROTTLE_BITS.items() if mask & bit]
         if reasons:
-            failures.append(f"GPU {gpu['index']} slowed: {', '.join(reasons)} at {gpu['temperature.gpu']} C")
-        elif _int(gpu["temperature.gpu"]) > expect.thresholds["gpu_temperature_c"]:
-            failures.append(f"GPU {gpu['index']} at {gpu['temperature.gpu']} C (limit "
+            failures.append(f"GPU {gpu.index} slowed: {', '.join(reasons)} at {gpu.temperature_c} C")
+        elif _int(gpu.temperature_c) > expect.thresholds["gpu_temperature_c"]:
+            failures.append(f"GPU {gpu.index} at {gpu.temperature_c} C (limit "
                             f"{expect.thresholds['gpu_temperature_c']:g} C)")
     return [_result("throttle", failures, "no thermal or power slowdown",
                     "check airflow, fans and the GPU's heatsink contact; re-test under load")]

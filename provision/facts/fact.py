@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 Source = Literal["command", "file", "links"]
+Parsed = TypeVar("Parsed")
 
 
 @dataclass(frozen=True)
-class Fact:
+class Fact(Generic[Parsed]):
+    """``Fact[T]``: what its parser returns is a ``T`` (a dataclass, or a list or dict of them), so a check that
+    reads it is type-checked against the fields it names."""
+
     name: str
     source: Source
     target: tuple[str, ...]  # argv for a command; (path,) for a file or a folder of links
-    parse: Callable[[Any], Any]
+    parse: Callable[[Any], Parsed]  # text for a command or a file; {name: link target} for a folder of links
     needs_root: bool = False
 
     @property
@@ -34,13 +38,14 @@ class Fact:
         return self.target[0]
 
 
-def command(name: str, argv: list[str], parse: Callable[[str], Any], *, needs_root: bool = False) -> Fact:
+def command(name: str, argv: list[str], parse: Callable[[str], Parsed], *,
+            needs_root: bool = False) -> Fact[Parsed]:
     return Fact(name, "command", tuple(argv), parse, needs_root)
 
 
-def file(name: str, path: str, parse: Callable[[str], Any]) -> Fact:
+def file(name: str, path: str, parse: Callable[[str], Parsed]) -> Fact[Parsed]:
     return Fact(name, "file", (path,), parse)
 
 
-def links(name: str, path: str, parse: Callable[[dict[str, str]], Any]) -> Fact:
+def links(name: str, path: str, parse: Callable[[dict[str, str]], Parsed]) -> Fact[Parsed]:
     return Fact(name, "links", (path,), parse)

@@ -7,6 +7,7 @@ GPUs by bus id (the one identity lspci, the kernel log and NVML share).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -251,6 +252,59 @@ REMAP_FIELDS = ["gpu_bus_id", "remapped_rows.failure", "remapped_rows.pending", 
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
 
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's row of preflight's ``--query-gpu`` (:data:`GPU_FIELDS`, in order), each value as nvidia-smi printed
+    it (``[N/A]`` and ``[Not Supported]`` included: what a value means is the check's to say)."""
+
+    index: str
+    uuid: str
+    serial: str
+    bus_id: str
+    driver_version: str
+    vbios_version: str
+    ecc_mode: str
+    ecc_mode_pending: str
+    ecc_uncorrected_volatile: str
+    ecc_corrected_volatile: str
+    temperature_c: str
+    pcie_gen_max: str
+    pcie_width: str
+    clocks_event_reasons: str
+    persistence_mode: str
+    mig_mode: str
+    application_clock_mhz: str
+    default_application_clock_mhz: str
+
+
+#: Each queried field and the attribute of :class:`Gpu` it fills.
+GPU_COLUMNS = dict(zip(GPU_FIELDS, (column.name for column in dataclasses.fields(Gpu)), strict=True))
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """One GPU's row-remapping state (``--query-remapped-rows``): failure and pending as printed (``0``/``1`` or
+    ``No``/``Yes`` by driver), the counts of rows remapped for correctable and uncorrectable errors."""
+
+    bus_id: str
+    failure: str
+    pending: str
+    correctable: str
+    uncorrectable: str
+
+
+def parse_gpus(text: str) -> list[Gpu]:
+    """Preflight's GPU query (``--format=csv,noheader,nounits``), a :class:`Gpu` per row."""
+    return [Gpu(**{GPU_COLUMNS[name]: value for name, value in row.items()})
+            for row in parse_gpu_rows(text, GPU_FIELDS, "pci.bus_id")]
+
+
+def parse_remapped_rows(text: str) -> list[RemappedRows]:
+    """``--query-remapped-rows`` (:data:`REMAP_FIELDS`, ``--format=csv,noheader``), a row per GPU."""
+    return [RemappedRows(*(row[name] for name in REMAP_FIELDS))
+            for row in parse_gpu_rows(text, REMAP_FIELDS, "gpu_bus_id")]
+
+
 def parse_gpu_rows(text: str, fields: list[str], bus_field: str) -> list[dict[str, str]]:
     """A per-GPU query's rows, each naming its GPU by a well-formed bus id. No row at all, or a row whose bus id is
     not one (a prefix we do not know, a cut line), is refused: a GPU node always lists its GPUs."""
@@ -291,11 +345,11 @@ def gpu_fields(accepted: list[str] | None) -> list[str]:
             for field in GPU_FIELDS]
 
 
-def gpus_command(accepted: list[str] | None) -> fact.Fact:
+def gpus_command(accepted: list[str] | None) -> fact.Fact[list[Gpu]]:
     """The GPUS fact asking for the field names this driver accepts."""
     fields = gpu_fields(accepted)
     return fact.command("gpus", ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-                        lambda text: parse_gpu_rows(text, GPU_FIELDS, "pci.bus_id"))
+                        parse_gpus)
 
 
 #: Which ``--query-gpu`` fields this driver knows: read once per node before the GPU query is built.
@@ -303,8 +357,7 @@ GPU_QUERY_FIELDS = fact.command("gpu_query_fields", ["nvidia-smi", "--help-query
 #: The GPU query with the newest field names (what preflight asks when the driver lists none).
 GPUS = gpus_command(None)
 REMAPPED_ROWS = fact.command("remapped_rows", ["nvidia-smi", f"--query-remapped-rows={','.join(REMAP_FIELDS)}",
-                                               "--format=csv,noheader"],
-                             lambda text: parse_gpu_rows(text, REMAP_FIELDS, "gpu_bus_id"))
+                                               "--format=csv,noheader"], parse_remapped_rows)
 RETIRED_PAGES = fact.command("retired_pages", ["nvidia-smi", "-q", "-d", "PAGE_RETIREMENT"], parse_query_report)
 NVLINK = fact.command("nvlink", ["nvidia-smi", "nvlink", "-s"], parse_nvlink_status)
 NVLINK_ERRORS = fact.command("nvlink_errors", ["nvidia-smi", "nvlink", "-e"], parse_nvlink_errors)

@@ -57,13 +57,23 @@ MODULES = fact.file("modules", "/proc/modules", parse_proc_modules)
 PEERMEM_REGISTRATION = fact.file("nv_mem", "/sys/kernel/mm/memory_peers/nv_mem/version", str.strip)
 
 
-def parse_unit_properties(text: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class UnitState:
+    """A systemd unit as ``systemctl show`` states it: loaded (``not-found`` for a unit it does not know), active
+    (``active``, ``failed``, ``inactive``...) and the sub-state (``running``, ``dead``...; empty when not asked)."""
+
+    load_state: str
+    active_state: str
+    sub_state: str
+
+
+def parse_unit_properties(text: str) -> UnitState:
     """``systemctl show UNIT --property=...``: ``Key=Value`` lines. A unit systemd does not know still answers
     (``LoadState=not-found``); output without ``LoadState`` is refused."""
     properties = dict(line.split("=", 1) for line in text.replace("\r\n", "\n").split("\n") if "=" in line)
     if "LoadState" not in properties or "ActiveState" not in properties:
         raise ValueError(f"not systemctl show's properties: {text.strip()[:120]!r}")
-    return properties
+    return UnitState(properties["LoadState"], properties["ActiveState"], properties.get("SubState", ""))
 
 
 #: The NVSwitch fabric manager's state: on an HGX board CUDA does not start without it (error 802).

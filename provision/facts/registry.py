@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from provision.facts import infiniband, kernel_log, lspci, nccl_tests, nvidia_smi, packages, slurm, system
 from provision.facts.fact import Fact
 
-FACTS: dict[str, Fact] = {fact.name: fact for fact in (
+FACTS: dict[str, Fact[Any]] = {fact.name: fact for fact in (
     nvidia_smi.GPUS, nvidia_smi.GPU_QUERY_FIELDS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
     nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, lspci.LSPCI, lspci.PCI_DEVICES,
     infiniband.IBSTAT, infiniband.INFINIBAND, system.DF, system.SWAPS, packages.MODULES, packages.PEERMEM_REGISTRATION,
