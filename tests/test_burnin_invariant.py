@@ -92,10 +92,10 @@ def loaded(tmp_path: Path):
 
 def _collectives(loaded, tmp_path: Path, monkeypatch, behaviours: list[Behaviour]) -> tuple[dict, list]:
     launched: list[list[str]] = []
-    monkeypatch.setattr(multinode, "launch", _fake_launch(behaviours, launched))
     monkeypatch.setattr(multinode, "judge_slow_rails", lambda *args, **kwargs: {})
     verdicts = multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
-                                               evidence_dir=tmp_path / "workers")
+                                               evidence_dir=tmp_path / "workers",
+                                               launcher=_fake_launch(behaviours, launched))
     return {verdict.node: verdict for verdict in verdicts}, launched
 
 
@@ -150,9 +150,9 @@ def _training_records_for(kind: str, index: int, nproc: int, params: dict[str, A
 
 def _training(loaded, tmp_path: Path, monkeypatch, behaviours: list[Behaviour]) -> tuple[dict, list]:
     launched: list[list[str]] = []
-    monkeypatch.setattr(training, "launch", _replayed(behaviours, launched, _training_records_for))
     verdicts = training.run_training_stage(loaded, loaded.nodes, tmp_path, seed=1, port=20000, run_id="r1",
-                                           evidence_dir=tmp_path / "workers")
+                                           evidence_dir=tmp_path / "workers",
+                                           launcher=_replayed(behaviours, launched, _training_records_for))
     return {verdict.node: verdict for verdict in verdicts}, launched
 
 
@@ -223,7 +223,8 @@ def test_workers_that_failed_keep_their_node_out_and_nobody_else(tmp_path: Path)
         assert nodes[host]["state"] == "quarantined", nodes
         assert (nodes[host]["stage"], nodes[host]["check"]) == (stage, check), nodes
     assert "unhandled system error" in nodes["sim04"]["reason"]
-    assert "GPUs [1] gave no result" in nodes["sim03"]["reason"]
+    assert "GPU 1) exited (status 0) during" in nodes["sim03"]["reason"], nodes["sim03"]["reason"]
+    assert "gave no result" in nodes["sim03"]["reason"]
     assert "GPUs [0] gave no result" in nodes["sim05"]["reason"] or "GPU 1:" in nodes["sim05"]["reason"]
     assert nodes["sim01"]["state"] == nodes["sim06"]["state"] == "admitted", nodes
 

@@ -53,7 +53,7 @@ def test_a_node_test_that_did_not_finish_is_run_again_alone_before_it_fails(tmp_
     launches: list[tuple[list[str], int]] = []
     stuck = CheckResult("node_test", Outcome.FAILED, "GPU 3: stopped making progress and was killed at the deadline")
 
-    def batches(loaded, nodes, state_dir, *, seed, evidence_dir, batch):
+    def batches(loaded, nodes, state_dir, *, seed, evidence_dir, batch, launcher):
         launches.append(([node.name for node in nodes], batch))
         first = len(launches) == 1
         return {node.name: [CheckResult(stuck.check, stuck.outcome, stuck.message)]
@@ -94,9 +94,9 @@ def test_a_step_time_shape_is_trained_again_before_it_fails(tmp_path: Path, monk
             runs.append(NodeRun(node.name, index, records=records))
         return LaunchResult(test, runs, nproc)
 
-    monkeypatch.setattr(training, "launch", fake_launch)
     verdicts = {verdict.node: verdict for verdict in training.run_training_stage(
-        loaded, loaded.nodes, tmp_path, seed=1, port=20000, run_id="r1", evidence_dir=tmp_path / "workers")}
+        loaded, loaded.nodes, tmp_path, seed=1, port=20000, run_id="r1", evidence_dir=tmp_path / "workers",
+        launcher=fake_launch)}
     assert calls[2][0] == ["sim01", "sim02"] and calls[2][1:] == ("train", -1)
     assert len(calls) == 3
     assert verdicts["sim03"].passed and verdicts["sim01"].passed
@@ -134,16 +134,16 @@ def test_a_straggler_repeat_moves_rank_0_to_a_host_not_under_suspicion(tmp_path:
             return LaunchResult(test, runs, nproc)
         return launch
 
-    monkeypatch.setattr(multinode, "launch", fake_launch(None))  # rank 0's host is always the slow one
+    # rank 0's host is always the slow one
     verdicts = multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
-                                               evidence_dir=tmp_path / "role")
+                                               evidence_dir=tmp_path / "role", launcher=fake_launch(None))
     assert orders == [["sim01", "sim02", "sim03", "sim04"], ["sim02", "sim03", "sim04", "sim01"]]
     assert all(verdict.passed for verdict in verdicts), [verdict.reason for verdict in verdicts]
 
     orders.clear()
-    monkeypatch.setattr(multinode, "launch", fake_launch("sim01"))  # sim01 is slow wherever it runs
+    # sim01 is slow wherever it runs
     verdicts = multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
-                                               evidence_dir=tmp_path / "host")
+                                               evidence_dir=tmp_path / "host", launcher=fake_launch("sim01"))
     assert orders[1][0] == "sim02"
     failed = {verdict.node: verdict.reason for verdict in verdicts if not verdict.passed}
     assert list(failed) == ["sim01"] and "straggler in collectives twice in a row" in failed["sim01"]

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fabric_tests.protocol import parse
 from provision import slurm
@@ -92,6 +92,15 @@ def nccl_environment(loaded: LoadedSpec, nodes: list[ResolvedNode]) -> dict[str,
     if rails:
         chosen["NCCL_IB_HCA"] = "=" + ",".join(hca for hca, _ in sorted(rails.items(), key=lambda item: item[1]))
     return {**chosen, **loaded.spec.burnin.nccl_env}
+
+
+class Launcher(Protocol):
+    """What starts a test's agents on nodes and brings back what they said: :func:`launch` on the cluster; a
+    replay of recorded launches in the tests of the stages' judgements (``tests/data/launches``)."""
+
+    def __call__(self, loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, test: str, nproc: int,
+                 params: dict[str, Any], deadline_s: float, port: int | None = None,
+                 separate: bool = False) -> LaunchResult: ...
 
 
 def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, test: str, nproc: int,

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from provision.burnin import rails, world
 from provision.burnin.isolation import Isolation, isolate, lower_bound
-from provision.burnin.launch import LaunchResult, NodeRun, launch
+from provision.burnin.launch import Launcher, LaunchResult, NodeRun, launch
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks.node_stage import judge_nccl_transport, judge_node_records, on_gpu
 from provision.checks.outcome import CheckResult, Outcome
@@ -82,7 +82,7 @@ def judge_node(run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckR
 
 
 def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
-                  evidence_dir: Path, batch: int) -> dict[str, list[CheckResult]]:
+                  evidence_dir: Path, batch: int, launcher: Launcher) -> dict[str, list[CheckResult]]:
     checks = {}
     records: list[dict[str, Any]] = []
     by_count: dict[int, list[ResolvedNode]] = {}
@@ -91,7 +91,7 @@ def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path
     for gpus, alike in by_count.items():
         for start in range(0, len(alike), batch):
             chunk = alike[start:start + batch]
-            result = launch(loaded, state_dir, chunk, test="node", nproc=gpus, params=node_params(loaded, seed),
+            result = launcher(loaded, state_dir, chunk, test="node", nproc=gpus, params=node_params(loaded, seed),
                             deadline_s=NODE_DEADLINE_S, separate=True)
             keep_logs(result, evidence_dir)
             for node, run in zip(chunk, result.nodes, strict=True):
@@ -105,18 +105,18 @@ def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path
 
 
 def run_node_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
-                   evidence_dir: Path) -> list[NodeVerdict]:
+                   evidence_dir: Path, launcher: Launcher = launch) -> list[NodeVerdict]:
     """All nodes, ``connection.forks`` at a time; a node that is slow on matmul, or whose test did not finish
     (workers that never met at rendezvous, or stopped), is run again, alone, before it fails: a slow or hung GPU
     is so every time, a busy machine is not."""
     checks = _node_batches(loaded, nodes, state_dir, seed=seed, evidence_dir=evidence_dir,
-                           batch=max(1, loaded.spec.connection.forks))
+                           batch=max(1, loaded.spec.connection.forks), launcher=launcher)
     confirm = {"matmul", "node_test"}
     again_nodes = [node for node in nodes if (failed := {result.check for result in checks[node.name]
                                                          if result.outcome is Outcome.FAILED}) and failed <= confirm]
     if again_nodes:
         again = _node_batches(loaded, again_nodes, state_dir, seed=seed, evidence_dir=evidence_dir / "repeat",
-                              batch=1)
+                              batch=1, launcher=launcher)
         for node in again_nodes:
             first = next(result for result in checks[node.name] if result.outcome is Outcome.FAILED)
             second = next((result for result in again[node.name] if result.check == first.check), None)
@@ -171,12 +171,34 @@ def stopped_ranks(result: LaunchResult) -> dict[int, str]:
     return {rank: hosts[rank] for rank in sorted(chosen)}
 
 
+def vanished_ranks(result: LaunchResult) -> dict[int, tuple[str, int]]:
+    """Ranks whose process ended on its own (not killed by the agent) with neither a result nor an error: gone
+    without a word, whatever its exit status said. The rest of the world then waits for it, errs, or is killed at
+    the deadline; those are its victims, however far behind in posted calls they stopped."""
+    gone: dict[int, tuple[str, int]] = {}
+    for run in result.nodes:
+        said = {record["local_rank"] for record in (*run.of("result"), *run.of("error"))}
+        for local, outcome in ((run.agent or {}).get("workers") or {}).items():
+            if not outcome["killed"] and int(local) not in said:
+                gone[run.node_rank * result.nproc + int(local)] = (run.node, int(outcome.get("exit", 0)))
+    return gone
+
+
 def lost_nodes(result: LaunchResult, *, check: str, doing: str, timeout_s: float,
                when: str) -> dict[str, list[CheckResult]]:
-    """The nodes a multi-node launch lost, and why: a rank that stopped (named by :func:`stopped_ranks`; the others
-    waited for it until the timeout) or a node where the test could not run at all. Empty when all finished."""
-    stopped = stopped_ranks(result)
+    """The nodes a multi-node launch lost, and why: a rank that exited without a word (:func:`vanished_ranks`), else
+    one that stopped (named by :func:`stopped_ranks`; the others waited for it until the timeout), or a node where
+    the test could not run at all. Empty when all finished."""
     lost: dict[str, list[CheckResult]] = {}
+    vanished = vanished_ranks(result)
+    said = {host: [f"rank {rank} ({host}, GPU {rank % result.nproc}) exited (status {status}) {doing} and gave no "
+                   "result or error" for rank, (other, status) in vanished.items() if other == host]
+            for host, _ in vanished.values()}
+    for host in culprits(said, len(result.nodes), stage=check, when=when):  # all of them: FailedEverywhere
+        lost[host] = [CheckResult(check, Outcome.FAILED, said[host][0], "read its stack dump and the kernel log (an "
+                                  "OOM kill, a crash in the driver or in NCCL)",
+                                  [*said[host], f"{when}: ranks gone without a word: {sorted(vanished)}"])]
+    stopped = {} if vanished else stopped_ranks(result)
     for rank, host in stopped.items():
         lost.setdefault(host, []).append(CheckResult(
             "watchdog", Outcome.FAILED, f"rank {rank} ({host}, GPU {rank % result.nproc}) stopped {doing}; the "
@@ -255,8 +277,9 @@ class GroupRounds:
     ``<label>-<n>`` and its result turned into the search's verdict by ``verdict``."""
 
     def __init__(self, loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int,
-                 params: dict[str, Any], *, port: int, evidence_dir: Path, label: str) -> None:
+                 params: dict[str, Any], *, port: int, evidence_dir: Path, label: str, launcher: Launcher) -> None:
         self.loaded, self.state_dir, self.nproc, self.params = loaded, state_dir, nproc, params
+        self.launcher = launcher
         self.by_name = {node.name: node for node in nodes}
         self.port, self.evidence_dir, self.label = port, evidence_dir, label
         self.deadline = max(60.0, 5 * params["timeout_s"])
@@ -267,7 +290,8 @@ class GroupRounds:
 
         def one(index_group: tuple[int, list[str]]) -> Verdict:
             index, group = index_group
-            result = launch(self.loaded, self.state_dir, [self.by_name[name] for name in group], test="collectives",
+            result = self.launcher(self.loaded, self.state_dir, [self.by_name[name] for name in group],
+                                   test="collectives",
                             nproc=self.nproc, params=self.params, deadline_s=self.deadline,
                             port=self.port + first + index)
             keep_logs(result, self.evidence_dir / f"{self.label}-{first + index + 1}")
@@ -280,13 +304,13 @@ class GroupRounds:
 
 
 def isolate_wrong_results(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int, *,
-                          port: int, evidence_dir: Path) -> Isolation:
+                          port: int, evidence_dir: Path, launcher: Launcher = launch) -> Isolation:
     """Which nodes make the collectives' sums wrong: group testing with the cheapest test that shows it (one
     all_reduce of the smallest size), the groups of a round launched in parallel, each its own world."""
     params = {**collective_params(loaded), "ops": ["all_reduce"],
               "sizes": [min(loaded.spec.burnin.workload.collective_sizes)], "warmup": 0, "iters": 1}
     rounds = GroupRounds(loaded, state_dir, nodes, nproc, params, port=port, evidence_dir=evidence_dir,
-                         label="isolation")
+                         label="isolation", launcher=launcher)
 
     def failed(result: LaunchResult) -> bool:
         return bool(wrong_results(result) or not finished(result, params))
@@ -312,11 +336,12 @@ def judge_launch_rails(result: LaunchResult, limits: dict[str, float]) -> dict[i
 
 
 def locate_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int,
-                      slow_rails: list[int], *, port: int, evidence_dir: Path) -> rails.RailAttribution:
+                      slow_rails: list[int], *, port: int, evidence_dir: Path,
+                      launcher: Launcher = launch) -> rails.RailAttribution:
     """Which nodes make ``slow_rails`` slow: pairs measured at once, rails only (see :mod:`provision.burnin.rails`)."""
     limits = stage_limits(loaded, nodes[0])
     rounds = GroupRounds(loaded, state_dir, nodes, nproc, {**collective_params(loaded), "scopes": ["rails"]},
-                         port=port, evidence_dir=evidence_dir, label="rails")
+                         port=port, evidence_dir=evidence_dir, label="rails", launcher=launcher)
 
     def judged(result: LaunchResult) -> dict[int, rails.RailJudgement]:
         if not finished(result, rounds.params) or wrong_results(result):
@@ -342,7 +367,7 @@ def pairing_lines(attribution: rails.RailAttribution) -> list[str]:
 
 def judge_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], nproc: int,
                      result: LaunchResult, *, port: int, evidence_dir: Path, entry: dict[str, Any],
-                     ) -> dict[str, CheckResult]:
+                     launcher: Launcher = launch) -> dict[str, CheckResult]:
     """Per node, its ``rail_busbw`` result; what was measured goes into the report's ``entry``. A slow rail in the
     fleet's run sends the nodes to pairing; a node slow beside a healthy partner fails, the others pass with their
     figures; slow rails in every pair raise :class:`RailsSystemic`."""
@@ -359,7 +384,7 @@ def judge_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNo
     entry["rails"] = fleet
     attribution = None
     if found:
-        attribution = locate_slow_rails(loaded, state_dir, nodes, nproc, sorted(found), port=port,
+        attribution = locate_slow_rails(loaded, state_dir, nodes, nproc, sorted(found), port=port, launcher=launcher,
                                         evidence_dir=evidence_dir)
         entry["rail_pairing"] = {"slow": sorted(found), "confirmed": {
             host: sorted(bad) for host, bad in attribution.confirmed.items()}, "unconfirmed": attribution.unconfirmed,
@@ -395,7 +420,10 @@ def judge_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNo
 #: What a rank prints when it failed because another one did (a peer gone, the rendezvous or a collective timed
 #: out, NCCL's watchdog aborting the communicator): the consequence of someone's fault, not a fault of its own.
 CONSEQUENCE = re.compile(r"time[ds]? ?out|timeout|connection (?:closed|reset|refused)|broken pipe|by peer|"
-                         r"remote process exited|communicator was aborted|watchdog|DistStoreError",
+                         r"remote process exited|communicator was aborted|watchdog|DistStoreError|"
+                         # torch's store client when the other end went away: "Failed to recv, got 0 bytes.
+                         # Connection was likely closed. Did the remote server shutdown or crash?"
+                         r"connection was likely closed|remote server shutdown",
                          re.IGNORECASE)
 
 
@@ -463,7 +491,8 @@ class CollectivesStage:
     launch had. Each outcome is its own method; those that remove nodes ask for another attempt."""
 
     def __init__(self, loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, port: int,
-                 evidence_dir: Path) -> None:
+                 evidence_dir: Path, launcher: Launcher = launch) -> None:
+        self.launcher = launcher
         self.loaded, self.nodes, self.state_dir, self.port, self.evidence_dir = (loaded, nodes, state_dir, port,
                                                                                  evidence_dir)
         self.nproc = loaded.spec.burnin.ranks_per_node or loaded.spec.hardware[nodes[0].hardware].gpu.count
@@ -482,8 +511,9 @@ class CollectivesStage:
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 if len(self.remaining) < 2:
                     break
-                result = launch(self.loaded, self.state_dir, self.remaining, test="collectives", nproc=self.nproc,
-                                params=self.params, deadline_s=self.deadline, port=self.port + attempt)
+                result = self.launcher(self.loaded, self.state_dir, self.remaining, test="collectives",
+                                       nproc=self.nproc, params=self.params, deadline_s=self.deadline,
+                                       port=self.port + attempt)
                 keep_logs(result, self.evidence_dir / f"collectives-attempt{attempt}")
                 again = (self._incomplete(result, attempt, raised_errors(result)) or self._lost(result, attempt)
                          or self._incomplete(result, attempt, self._unmeasured(result))
@@ -536,7 +566,7 @@ class CollectivesStage:
         if not wrong:
             return False
         isolation = isolate_wrong_results(self.loaded, self.state_dir, self.remaining, self.nproc,
-                                          port=self.port + 100 * attempt,
+                                          port=self.port + 100 * attempt, launcher=self.launcher,
                                           evidence_dir=self.evidence_dir / f"collectives-attempt{attempt}")
         bound = lower_bound(len(self.remaining), max(1, len(isolation.confirmed)))
         self.report.append({"attempt": attempt, "wrong": wrong, "isolation": {
@@ -588,6 +618,7 @@ class CollectivesStage:
         if not confirmed and len(self.remaining) >= 2:
             self.rail_checks = judge_slow_rails(self.loaded, self.state_dir, self.remaining, self.nproc, result,
                                                 port=self.port + 100 * (MAX_ATTEMPTS + 1), entry=self.report[-1],
+                                                launcher=self.launcher,
                                                 evidence_dir=self.evidence_dir / f"collectives-attempt{attempt}")
             for host, check in list(self.rail_checks.items()):
                 if check.outcome is Outcome.FAILED:
@@ -628,10 +659,10 @@ class CollectivesStage:
 
 
 def run_collectives_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, port: int,
-                          evidence_dir: Path) -> list[NodeVerdict]:
+                          evidence_dir: Path, launcher: Launcher = launch) -> list[NodeVerdict]:
     """Every node together: the fleet's busbw per (scope, op, size), its sums checked, stragglers and slow rails
     named, and whoever stopped, errored or measured nothing removed before the rest are judged."""
-    return CollectivesStage(loaded, nodes, state_dir, port=port, evidence_dir=evidence_dir).run()
+    return CollectivesStage(loaded, nodes, state_dir, port=port, evidence_dir=evidence_dir, launcher=launcher).run()
 
 
 #: What stops the collectives stage as systemic: no node is quarantined for any of these.

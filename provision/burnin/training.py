@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from provision.burnin.launch import LaunchResult, NodeRun, launch
+from provision.burnin.launch import Launcher, LaunchResult, NodeRun, launch
 from provision.burnin.multinode import (
     culprits,
     keep_logs,
@@ -165,7 +165,7 @@ def _incomplete(problems: dict[str, list[str]], nodes: int, *, phase: str,
 
 
 def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int, port: int,
-                       run_id: str, evidence_dir: Path) -> list[NodeVerdict]:
+                       run_id: str, evidence_dir: Path, launcher: Launcher = launch) -> list[NodeVerdict]:
     burnin = loaded.spec.burnin
     nproc = burnin.ranks_per_node or loaded.spec.hardware[nodes[0].hardware].gpu.count
     limits = stage_limits(loaded, nodes[0])
@@ -180,7 +180,7 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
         launches: list[LaunchResult] = []
         for phase in ("train", "resume"):
             params = training_params(loaded, seed=seed, phase=phase, checkpoint_dir=f"{checkpoint_dir}-{attempt}")
-            result = launch(loaded, state_dir, remaining, test="training", nproc=nproc, params=params,
+            result = launcher(loaded, state_dir, remaining, test="training", nproc=nproc, params=params,
                             deadline_s=deadline, port=port + 2 * attempt + len(launches))
             keep_logs(result, evidence_dir / f"training-attempt{attempt}-{phase}")
             launches.append(result)
@@ -204,7 +204,7 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
     if suspects:
         judged.update(_step_time_again(loaded, suspects, state_dir, judged, seed=seed, port=port + 2 * MAX_ATTEMPTS + 2,
                                        checkpoint_dir=f"{checkpoint_dir}-repeat", deadline_s=deadline,
-                                       evidence_dir=evidence_dir))
+                                       evidence_dir=evidence_dir, launcher=launcher))
     verdicts = []
     for node in nodes:
         results = failed.get(node.name) or judged.get(node.name) or [CheckResult(
@@ -216,7 +216,7 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
 
 def _step_time_again(loaded: LoadedSpec, suspects: list[ResolvedNode], state_dir: Path,
                      judged: dict[str, list[CheckResult]], *, seed: int, port: int, checkpoint_dir: str,
-                     deadline_s: float, evidence_dir: Path) -> dict[str, list[CheckResult]]:
+                     deadline_s: float, evidence_dir: Path, launcher: Launcher) -> dict[str, list[CheckResult]]:
     """Nodes whose only failure is the shape of their step times train once more, together and without the
     rest, before they fail: a node that gets slower, or slow in a rhythm, is so every time, while a burst of
     load elsewhere on the machine (seen in CI: 1.5x "growth" while another test ran) is not. The repeat's
@@ -225,8 +225,8 @@ def _step_time_again(loaded: LoadedSpec, suspects: list[ResolvedNode], state_dir
     limit_cv = stage_limits(loaded, suspects[0])["step_time_cv"]
     # no checkpoint: the repeat judges step times only, and a saved one would outlive it
     params = {**training_params(loaded, seed=seed, phase="train", checkpoint_dir=checkpoint_dir), "checkpoint_step": -1}
-    result = launch(loaded, state_dir, suspects, test="training", nproc=nproc, params=params, deadline_s=deadline_s,
-                    port=port)
+    result = launcher(loaded, state_dir, suspects, test="training", nproc=nproc, params=params, deadline_s=deadline_s,
+                      port=port)
     keep_logs(result, evidence_dir / "training-repeat")
     if lost_nodes(result, check="training", doing="during the repeat", timeout_s=params["timeout_s"],
                   when="the repeat"):

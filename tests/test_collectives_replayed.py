@@ -1,0 +1,69 @@
+"""The collectives stage's judgements over launches recorded from the simulated cluster's real workers
+(``tests/data/launches``, written by ``python -m tests.record_launches``): each fault named by the check its
+catalog entry names, nobody else failed, the stage asking for exactly the launches it made when recorded — in
+milliseconds, where the same scenarios end to end take a minute each. test_burnin_multinode keeps the stage's
+end-to-end run with all of these faults at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from provision.burnin import multinode
+from provision.spec import load_spec
+from tests.launches import HERE, Replay, load
+from tests.simhelpers import shrink_to_four_gpus, write_spec
+
+#: Which check names the faulty node; a rank that exits or goes silent mid-collective is also behind in posted
+#: calls, so the watchdog may name it first.
+CAUGHT = {
+    "healthy": set(), "rank_hang": {"watchdog"}, "rank_slow": {"outliers"}, "collective_corruption": {"correctness"},
+    "degraded_hca_port": {"rail_busbw"}, "worker_error_init": {"collectives"},
+    "worker_error_exit": {"collectives", "watchdog"}, "worker_error_silent": {"collectives", "watchdog"},
+}
+SYSTEMIC = {"rail_slow_everywhere": "RailsSystemic"}
+SCENARIOS = sorted(path.stem for path in HERE.glob("*.json"))
+
+
+def test_every_scenario_is_recorded() -> None:
+    assert set(SCENARIOS) == set(CAUGHT) | set(SYSTEMIC)
+
+
+def _stage(name: str, tmp_path: Path) -> tuple[dict, Replay, object]:
+    recording = load(name)
+    loaded = load_spec(shrink_to_four_gpus(write_spec(tmp_path, recording["faults"], hosts=recording["hosts"],
+                                                      stages=["collectives"], collective_semantics="nccl")))
+    replay = Replay(recording)
+    try:
+        outcome: object = {verdict.node: verdict for verdict in multinode.run_collectives_stage(
+            loaded, loaded.nodes, tmp_path, port=23000, evidence_dir=tmp_path / "workers", launcher=replay)}
+    except multinode.SYSTEMIC as stopped:
+        outcome = stopped
+    return recording, replay, outcome
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT))
+def test_each_fault_is_named_by_its_check_and_nobody_else_fails(name: str, tmp_path: Path) -> None:
+    recording, replay, verdicts = _stage(name, tmp_path)
+    assert isinstance(verdicts, dict), verdicts
+    faulty = {fault["node"] for fault in recording["faults"]}
+    for node, verdict in verdicts.items():
+        if node in faulty:
+            assert not verdict.passed and verdict.check in CAUGHT[name], (node, verdict.check, verdict.reason)
+        else:
+            assert verdict.passed, (node, verdict.reason)
+        assert (verdict.passed, verdict.check) == (recording["verdicts"][node]["passed"],
+                                                   recording["verdicts"][node]["check"])
+    assert not any(replay.pending.values()), "the stage made fewer launches than when it was recorded"
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEMIC))
+def test_a_fault_on_every_node_stops_the_stage_as_systemic(name: str, tmp_path: Path) -> None:
+    recording, _, stopped = _stage(name, tmp_path)
+    assert type(stopped).__name__ == SYSTEMIC[name] and recording["systemic"].startswith(SYSTEMIC[name])
+    assert "rail 1 (mlx5_3, GPU 1) slow in every pair of nodes" in str(stopped)
+    assert "no node was quarantined for it" in str(stopped)
+    report = json.loads((tmp_path / "workers" / "collectives.json").read_text())
+    assert report[-1]["rail_pairing"]["systemic"] is True and report[-1]["rail_pairing"]["confirmed"] == {}
