@@ -28,6 +28,8 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     :func:`run_cli_process`. ``timeout`` is the process variant's; in process a call ends as its command does."""
     from provision.cli import main
 
+    if args[:2] == ("sim", "shell"):  # it execs into the host's namespace: in here it would replace the test run
+        return run_cli_process(*args, cwd=cwd, env=env, timeout=timeout)
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_streams = sys.stdin, sys.stdout, sys.stderr
     stdout, stderr = io.StringIO(), io.StringIO()
@@ -57,6 +59,16 @@ def sim_spec(tmp_path: Path) -> Path:
     target = tmp_path / "sim-cluster.yaml"
     target.write_text((EXAMPLES / "sim-cluster.yaml").read_text())
     return target
+
+
+# -- where the time goes ------------------------------------------------------------------------------------------
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """``PROVISION_TEST_TIMES=FILE``: each phase of each test and its seconds, appended as it ends (a run cut short
+    still says where its time went)."""
+    path = os.environ.get("PROVISION_TEST_TIMES")
+    if path:
+        with open(path, "a") as times:
+            times.write(f"{report.duration:.2f} {report.when} {report.nodeid}\n")
 
 
 # -- fast by default ----------------------------------------------------------------------------------------------

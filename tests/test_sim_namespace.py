@@ -12,6 +12,7 @@ the modules read the real ``/proc/modules`` and ``/sys``; the login user meets w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -59,11 +60,25 @@ ACS_FILES = ("usr/local/sbin/provision-acs-disable", "etc/systemd/system/provisi
 RUNTIME = "/opt/provision/runtime"
 
 
+WHEELHOUSE_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "provision-tests"
+
+
 def _wheelhouse(directory: Path) -> Path:
     """What an air-gapped site carries in: the pinned torch and what it needs, fetched where an index is reachable
-    (here: this machine's pip configuration)."""
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "-d", str(directory), f"torch=={TORCH}",
-                    "numpy", "-c", str(ROOT / "constraints.txt")], check=True, capture_output=True, timeout=600)
+    (here: this machine's pip configuration) once per torch version and constraints, then linked from the cache."""
+    pins = hashlib.sha256((ROOT / "constraints.txt").read_bytes()).hexdigest()[:12]
+    cached = WHEELHOUSE_CACHE / f"wheelhouse-torch{TORCH}-{pins}"
+    if not (cached / ".complete").exists():
+        shutil.rmtree(cached, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "-d", str(cached), f"torch=={TORCH}",
+                        "numpy", "-c", str(ROOT / "constraints.txt")], check=True, capture_output=True, timeout=600)
+        (cached / ".complete").write_text("")
+    directory.mkdir(parents=True, exist_ok=True)
+    for wheel in cached.glob("*.whl"):
+        try:
+            os.link(wheel, directory / wheel.name)
+        except OSError:  # another filesystem
+            shutil.copy2(wheel, directory / wheel.name)
     return directory
 
 
