@@ -27,8 +27,8 @@ from typing import Any
 
 from fabric_tests.protocol import emit
 
-CLIENT_ATTEMPTS = 5
-RETRY_PAUSE_S = 1.0
+CLIENT_ATTEMPTS = 25
+RETRY_PAUSE_S = 0.2  # a server a moment late is met within a fifth of a second
 NOT_LISTENING = ("Couldn't connect", "Unable to open file descriptor")
 #: The clients of a round give up about CLIENT_ATTEMPTS x RETRY_PAUSE_S after they start, and a round's hosts start
 #: within a few seconds of each other: a server still waiting this long after its start will not be reached (its

@@ -98,18 +98,21 @@ def provision(spec: Path) -> None:
 
 
 PROVISIONED_HOSTS = "sim[01-08]"
-IN_SERVICE_NODE_FAULTS = {"perftest_without_cuda"}  # node faults no playbook touches: the same struck before or after
+#: Node faults no playbook touches, so the same struck before provisioning or after: an Xid is a line the kernel
+#: logs while the host runs; a perftest built without CUDA is a package as the site shipped it.
+IN_SERVICE_NODE_FAULTS = {"perftest_without_cuda", "xid"}
 _provisioned: dict[str, Path] = {}  # a spec's shape -> the folder of a cluster of that shape provisioned this session
 
 
 def _shape(data: dict) -> str:
     """What provisioning depends on: the spec less its hosts (a subset of one provisioned cluster will do), its
-    faults and collective semantics (set per host below), its burn-in and its admission."""
+    faults and collective semantics (set per host below), its burn-in, its admission and its Slurm (which only
+    the burn-in's launcher and the run's sinks talk to)."""
     shape = copy.deepcopy(data)
     shape["nodes"]["groups"][0]["hosts"] = None
     shape["simulation"] = {"seed": data["simulation"]["seed"]}
-    shape.pop("burnin", None)
-    shape.pop("admission", None)
+    for key in ("burnin", "admission", "slurm"):
+        shape.pop(key, None)
     return yaml.safe_dump(shape, sort_keys=True)
 
 

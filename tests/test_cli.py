@@ -153,8 +153,9 @@ def test_secrets_from_the_environment_reach_no_file(tmp_path: Path) -> None:
     from tests.simhelpers import shrink_to_four_gpus, write_spec
 
     canary = "canary-7f3e9a-never-store-me"
-    spec = shrink_to_four_gpus(write_spec(tmp_path, [], hosts="sim[01-02]"))  # every phase and stage, the playbooks
-    # included
+    # every phase, the playbooks included, and the stages that start workers with the NCCL environment
+    spec = shrink_to_four_gpus(write_spec(tmp_path, [], hosts="sim[01-02]",
+                                          stages=["preflight", "node", "collectives"]))
     spec.write_text(spec.read_text().replace("connection:\n", "connection:\n  become_password: {env: "
                                                               "PROVISION_BECOME_PASSWORD}\n"))
     missing = run_cli("apply", str(spec), "--phases", "simulate,register,provision")

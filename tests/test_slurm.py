@@ -163,12 +163,11 @@ def test_node_check_as_health_check_program_drains_a_node_after_an_xid(tmp_path:
 
     from provision.sim import kernel_log
     from provision.sim.node import append_kernel_log
-    from tests.simhelpers import write_spec
+    from tests.simhelpers import provision, shrink_to_four_gpus, write_spec
 
     (tmp_path / "cluster").mkdir()
-    spec = write_spec(tmp_path / "cluster", [], hosts="sim[01-02]", stages=["preflight"])
-    applied = run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=600)
-    assert applied.returncode == 0, applied.stderr
+    spec = shrink_to_four_gpus(write_spec(tmp_path / "cluster", [], hosts="sim[01-02]", stages=["preflight"]))
+    provision(spec)
     for host in ("sim01", "sim02"):
         checked = run_cli("sim", "shell", str(spec), host, "--", sys.executable, "-m", "provision", "node-check",
                           timeout=60)

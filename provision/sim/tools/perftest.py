@@ -17,7 +17,6 @@ import ipaddress
 import json
 import random
 import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,16 +220,12 @@ def _connect(root: Path, options: Options, rate: float, lid: int, cuda: list[str
     if not peer.is_loopback:
         not_simulated("ib_write_bw", f"to {peer}: simulated hosts only reach loopback peers")
     total = min(options.size * options.iterations * (23 if options.all_sizes else 1), MAX_BYTES)
-    deadline = time.monotonic() + 5.0
-    while True:  # the server may still be starting: perftest retries the TCP exchange briefly too
-        try:
-            connection = socket.create_connection((str(peer), options.port), timeout=10)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise ToolError(f" Couldn't connect to {peer}:{options.port}\n Unable to open file descriptor "
-                                "for socket connection", 1) from None
-            time.sleep(0.1)
+    try:  # one attempt, as perftest's client makes (ethernet_client_connect): a server not listening yet is the
+        # caller's to retry (fabric_tests.perftest does)
+        connection = socket.create_connection((str(peer), options.port), timeout=10)
+    except OSError:
+        raise ToolError(f" Couldn't connect to {peer}:{options.port}\n Unable to open file descriptor for socket "
+                        "connection", 1) from None
     with connection, connection.makefile("rwb") as stream:
         stream.write((json.dumps({"rate": rate, "lid": lid, "bytes": total, "hca": _hca(root, options.device)})
                       + "\n").encode())
