@@ -15,9 +15,11 @@ import contextlib
 import dataclasses
 import io
 import os
+import random
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -131,6 +133,38 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
 
 #: Tries at opening a command's channel: sshd refuses one past its MaxSessions while it closes finished ones.
 CHANNEL_ATTEMPTS = 3
+#: SSH handshakes in flight from this controller at once, all hosts together. sshd (a bastion first of all: every
+#: node's connection starts as one there) drops unauthenticated connections at random past MaxStartups' first
+#: figure (10 by default): a delivery's worth at once would lose healthy nodes to the drop.
+HANDSHAKES_AT_ONCE = 8
+#: Tries at connecting before the node is called unreachable, with backoff: a connection sshd dropped (MaxStartups,
+#: a restart, a full accept queue) is ours to try again, not the node's fault.
+CONNECT_ATTEMPTS = 4
+CONNECT_BACKOFF_S = 0.5
+_HANDSHAKES = threading.BoundedSemaphore(HANDSHAKES_AT_ONCE)
+#: What a dropped or refused connection looks like from paramiko; an authentication or host-key refusal is not.
+_DROPPED = ("Error reading SSH protocol banner", "Connection reset", "EOF", "Unable to connect",
+            "Connection refused", "Broken pipe", "SSH session not active")  # a silent host's timeout is not retried
+
+
+def open_connection(connection: Any, *, attempts: int | None = None) -> None:
+    """Open ``connection`` (and its jump host's) within :data:`HANDSHAKES_AT_ONCE` and :data:`CONNECT_ATTEMPTS`:
+    a drop is retried after a growing, jittered pause; a refused key or host key fails at once."""
+    tries = attempts or CONNECT_ATTEMPTS
+    for attempt in range(1, tries + 1):
+        try:
+            with _HANDSHAKES:
+                connection.open()
+            return
+        except Exception as error:
+            said = f"{type(error).__name__}: {error}"
+            if attempt == tries or not any(mark.lower() in said.lower() for mark in _DROPPED):
+                raise
+            with contextlib.suppress(Exception):
+                connection.close()
+                if getattr(connection, "gateway", None) is not None and hasattr(connection.gateway, "close"):
+                    connection.gateway.close()
+            time.sleep(CONNECT_BACKOFF_S * 2 ** (attempt - 1) * (1 + random.random()))
 
 
 class SshSession:
@@ -153,7 +187,7 @@ class SshSession:
         gateway = _connection(model.jump.host, model.jump.user or model.user, model.jump.port, model) \
             if model.jump else None
         self.connection = _connection(address, model.user, model.port, model, gateway=gateway)
-        self.connection.open()  # now, once: the checks then share it from several threads
+        open_connection(self.connection)  # now, once: the checks then share it from several threads
 
     def run(self, argv: Sequence[str], timeout_s: float, *, become: bool = False) -> CommandResult:
         started = time.monotonic()

@@ -55,6 +55,7 @@ class LoopbackSshd:
     addresses: dict[str, str]
     port: int = 0
     known: list[str] = field(default_factory=list)
+    max_startups: str | None = None  # None: sshd's default, as a bastion has it
 
     def __post_init__(self) -> None:
         ensure_user()
@@ -84,7 +85,8 @@ class LoopbackSshd:
             f"ListenAddress {address}:{self.port}", f"HostKey {key}",
             f"AuthorizedKeysFile {self.work / 'authorized_keys'}", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "PidFile none",
-            "MaxStartups 100:30:200", f"AllowUsers {USER}", "LogLevel ERROR"]) + "\n")
+            *([f"MaxStartups {self.max_startups}"] if self.max_startups else []),  # else sshd's 10:30:100
+            f"AllowUsers {USER}", "LogLevel ERROR"]) + "\n")
         kind, public, *_ = (self.work / f"host_{host}.pub").read_text().split(" ")
         self.known.append(f"[{address}]:{self.port} {kind} {public}")
         self.known_hosts.write_text("\n".join(self.known) + "\n")

@@ -162,3 +162,99 @@ def test_refused_root_makes_exactly_the_root_checks_unknown(bastion_and_node) ->
     for check in ("xid", "kernel_log", "acs"):  # dmesg and lspci -vvv need root
         assert results[check].outcome is Outcome.UNKNOWN and "needs root" in results[check].message, results[check]
     assert results["disk"].outcome is not Outcome.UNKNOWN  # df needs no root: judged as usual
+
+
+@pytest.fixture
+def default_bastion():
+    """A bastion and a node at sshd's default MaxStartups (10:30:100): past ten unauthenticated connections at once,
+    sshd drops new ones at random (30% at first) — what a delivery's nodes opened at once meet at a bastion."""
+    work = Path(tempfile.mkdtemp(prefix="provision-startups-", dir="/tmp"))
+    addresses = {"bastion": "127.0.0.62", "node": "127.0.0.63"}
+    servers = LoopbackSshd(work, addresses)
+    daemons = [subprocess.Popen(servers.command(host), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+               for host in addresses]
+    for address in addresses.values():
+        wait_listening(address, servers.port)
+    try:
+        yield servers, addresses
+    finally:
+        stop(daemons)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+AT_ONCE = 40
+
+
+def _open_at_once(servers: LoopbackSshd, addresses: dict[str, str], count: int) -> list[str]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    jump = f"{addresses['bastion']}:{servers.port}"
+
+    def one(_index: int) -> str:
+        try:
+            session = SshSession("node", addresses["node"], _model(servers, jump, become=False))
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+        try:
+            result = session.run(["true"], 10)
+            return "ok" if result.ok else result.problem()
+        finally:
+            session.close()
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return list(pool.map(one, range(count)))
+
+
+@needs_sshd
+def test_forty_sessions_at_once_through_a_bastion_at_sshds_defaults_all_connect(default_bastion) -> None:
+    """The controller keeps its handshakes in flight under MaxStartups' first figure and retries a dropped one:
+    no node is lost to the bastion."""
+    assert _open_at_once(*default_bastion, AT_ONCE) == ["ok"] * AT_ONCE
+
+
+@needs_sshd
+def test_all_at_once_and_connecting_once_the_bastion_drops_sessions(default_bastion, monkeypatch) -> None:
+    """The same forty, all handshakes at once and no retry: sshd drops some (the test above can fail)."""
+    import threading
+
+    from provision import observe
+
+    monkeypatch.setattr(observe, "CONNECT_ATTEMPTS", 1)
+    monkeypatch.setattr(observe, "_HANDSHAKES", threading.BoundedSemaphore(AT_ONCE))
+    outcomes = _open_at_once(*default_bastion, AT_ONCE)
+    assert any("protocol banner" in outcome or "reset" in outcome.lower() or "EOF" in outcome
+               for outcome in outcomes), outcomes
+
+
+class _Flaky:
+    """A connection whose first opens are dropped the way sshd's MaxStartups drops them, or refused for good."""
+
+    def __init__(self, drops: int, error: Exception) -> None:
+        self.drops, self.error, self.opened, self.closed, self.gateway = drops, error, 0, 0, None
+
+    def open(self) -> None:
+        self.opened += 1
+        if self.opened <= self.drops:
+            raise self.error
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_dropped_connection_is_tried_again_and_a_refused_one_is_not(monkeypatch) -> None:
+    import paramiko
+
+    from provision import observe
+
+    monkeypatch.setattr(observe, "CONNECT_BACKOFF_S", 0.01)
+    dropped = _Flaky(2, paramiko.SSHException("Error reading SSH protocol banner"))
+    observe.open_connection(dropped)
+    assert (dropped.opened, dropped.closed) == (3, 2)
+    refused = _Flaky(1, paramiko.AuthenticationException("Authentication failed."))
+    with pytest.raises(paramiko.AuthenticationException):
+        observe.open_connection(refused)
+    assert refused.opened == 1
+    lost = _Flaky(9, EOFError())
+    with pytest.raises(EOFError):
+        observe.open_connection(lost)
+    assert lost.opened == observe.CONNECT_ATTEMPTS

@@ -16,6 +16,7 @@ records it in the state store's cable history, and ``provision topology flaps`` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,7 @@ from provision.cable_health import cable_key
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
 from provision.ib_fabric import design_fabric
-from provision.observe import open_session
+from provision.observe import HostSession, open_session
 from provision.runtime import node_python
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
@@ -116,6 +117,20 @@ class PairRunner:
         self.one_way_gbps = limits["ib_write_bw_gbps"].value
         self.base_port = free_port(seed + 1)
         self.rounds = 0
+        # one connection per host for the whole stage, not one per round: at a delivery's size a handshake per
+        # host per round is what a bastion's MaxStartups drops
+        self.sessions: dict[str, HostSession] = {}
+
+    def _session(self, host: str) -> HostSession:
+        if host not in self.sessions:
+            self.sessions[host] = open_session(self.loaded, self.nodes[host], self.state_dir)
+        return self.sessions[host]
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            with contextlib.suppress(Exception):
+                session.close()
+        self.sessions.clear()
 
     def _args(self, hca: str, bidirectional: bool) -> list[str]:
         work = self.loaded.spec.burnin.workload
@@ -150,13 +165,13 @@ class PairRunner:
         argv = [node_python(self.loaded.spec), "-m", "fabric_tests.perftest", "--deadline", f"{ROUND_DEADLINE_S:g}",
                 "--legs", json.dumps(legs, separators=(",", ":"))]
         try:
-            session = open_session(self.loaded, self.nodes[host], self.state_dir)
+            session = self._session(host)
         except Exception as error:
             return f"cannot reach the node: {type(error).__name__}: {error}"
-        try:
-            command = session.run(argv, ROUND_DEADLINE_S + SESSION_MARGIN_S)
-        finally:
-            session.close()
+        command = session.run(argv, ROUND_DEADLINE_S + SESSION_MARGIN_S)
+        if command.rc == 255 and not command.stdout:  # the connection itself failed: the next round opens anew
+            with contextlib.suppress(Exception):
+                self.sessions.pop(host).close()
         records = [record for record in parse(command.stdout) if record.get("type") == "perftest"]
         if not records:
             return f"the pair-test helper did not report ({command.problem()})"
@@ -234,6 +249,14 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
     fabric = design_fabric(loaded)
     router = routes.Router(fabric)
     runner = PairRunner(loaded, nodes, state_dir, seed=seed)
+    try:
+        return _run(loaded, nodes, runner, router, seed=seed, evidence_dir=evidence_dir)
+    finally:
+        runner.close()
+
+
+def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, router: routes.Router, *, seed: int,
+         evidence_dir: Path) -> PairsReport:
     plan = pairing.schedule(router, runner.rails, seed=seed)
     measurements: list[Measurement] = []
     for number, tests in enumerate(plan.rounds, 1):
