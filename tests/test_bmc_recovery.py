@@ -36,7 +36,7 @@ def _spec(directory: Path) -> Path:
     data["nodes"]["groups"][0]["bmc_address_start"] = "127.0.0.1"
     data["bmc"] = {"scheme": "http", "port": redfish.free_port("127.0.0.1"), "timeout_s": 40,
                    "credentials": {"username": {"env": "TEST_BMC_USERNAME"}, "password": {"file": "bmc-password"}}}
-    data["host"] = {**data.get("host", {}), "reboot_timeout_s": 10}
+    data["host"] = {**data.get("host", {}), "reboot_timeout_s": 6}
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     (directory / "bmc-password").write_text(PASSWORD + "\n")
     return spec
@@ -87,5 +87,5 @@ def test_with_its_bmc_unreachable_a_hung_host_is_quarantined_with_both_facts(tmp
     last = _node_history(spec, "sim02")[-1]
     reason = last["reason"]
     assert last["evidence"]["bmc"]["ok"] is False and last["evidence"]["failed_task"] == "Wait for a new boot id"
-    assert reason.startswith("unreachable: did not come back from its reboot within 10 s (Wait for a new boot id); "
+    assert reason.startswith("unreachable: did not come back from its reboot within 6 s (Wait for a new boot id); "
                              f"BMC: BMC unreachable at http://127.0.0.2:{port}/redfish/v1"), reason
