@@ -99,8 +99,9 @@ def provision(spec: Path) -> None:
 
 PROVISIONED_HOSTS = "sim[01-08]"
 #: Node faults no playbook touches, so the same struck before provisioning or after: an Xid is a line the kernel
-#: logs while the host runs; a perftest built without CUDA is a package as the site shipped it.
-IN_SERVICE_NODE_FAULTS = {"perftest_without_cuda", "xid"}
+#: logs while the host runs, a disk fills while it runs; a perftest built without CUDA is a package as the site
+#: shipped it.
+IN_SERVICE_NODE_FAULTS = {"perftest_without_cuda", "xid", "disk_full"}
 _provisioned: dict[str, Path] = {}  # a spec's shape -> the folder of a cluster of that shape provisioned this session
 
 

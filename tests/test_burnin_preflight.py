@@ -19,7 +19,7 @@ from provision.sim.host import inject_now
 from provision.spec import load_spec
 from provision.spec.faults import CATALOG
 from tests.conftest import run_cli
-from tests.simhelpers import write_spec
+from tests.simhelpers import provision, shrink_to_four_gpus, write_spec
 
 FAULTS = [
     {"kind": "pcie_downtrained", "node": "sim02", "target": "mlx5_4", "params": {"width": 8}},
@@ -110,9 +110,9 @@ def test_a_gpu_lost_after_provisioning_fails_gpu_count(burned_in: dict) -> None:
 
 
 def test_many_failures_in_one_stage_stop_as_systemic(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, [{"kind": "disk_full", "node": "sim01"}, {"kind": "disk_full", "node": "sim02"}],
-                      stages=["preflight"])
-    assert run_cli("apply", str(spec), "--phases", "simulate,register,provision", timeout=300).returncode == 0
+    spec = shrink_to_four_gpus(write_spec(tmp_path, [{"kind": "disk_full", "node": "sim01"},
+                                                     {"kind": "disk_full", "node": "sim02"}], stages=["preflight"]))
+    provision(spec)
     result = run_cli("burnin", str(spec), "--json", timeout=120)
     payload = json.loads(result.stdout)
     assert result.returncode == 1
