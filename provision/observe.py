@@ -147,23 +147,20 @@ _DROPPED = ("Error reading SSH protocol banner", "Connection reset", "EOF", "Una
             "Connection refused", "Broken pipe", "SSH session not active")  # a silent host's timeout is not retried
 
 
-def open_connection(connection: Any, *, attempts: int | None = None) -> None:
+def open_connection(connection: Any) -> None:
     """Open ``connection`` (and its jump host's) within :data:`HANDSHAKES_AT_ONCE` and :data:`CONNECT_ATTEMPTS`:
     a drop is retried after a growing, jittered pause; a refused key or host key fails at once."""
-    tries = attempts or CONNECT_ATTEMPTS
-    for attempt in range(1, tries + 1):
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
         try:
             with _HANDSHAKES:
                 connection.open()
             return
         except Exception as error:
             said = f"{type(error).__name__}: {error}"
-            if attempt == tries or not any(mark.lower() in said.lower() for mark in _DROPPED):
+            if attempt == CONNECT_ATTEMPTS or not any(mark.lower() in said.lower() for mark in _DROPPED):
                 raise
             with contextlib.suppress(Exception):
-                connection.close()
-                if getattr(connection, "gateway", None) is not None and hasattr(connection.gateway, "close"):
-                    connection.gateway.close()
+                close_connection(connection)
             time.sleep(CONNECT_BACKOFF_S * 2 ** (attempt - 1) * (1 + random.random()))
 
 
@@ -234,9 +231,14 @@ class SshSession:
                 if not name.startswith("*")}
 
     def close(self) -> None:
-        self.connection.close()
-        if self.connection.gateway is not None and hasattr(self.connection.gateway, "close"):
-            self.connection.gateway.close()
+        close_connection(self.connection)
+
+
+def close_connection(connection: Any) -> None:
+    """A fabric connection and the connection to its jump host, when it has one of its own."""
+    connection.close()
+    if getattr(connection, "gateway", None) is not None and hasattr(connection.gateway, "close"):
+        connection.gateway.close()
 
 
 def _connection(address: str, user: str, port: int, model: ConnectionModel, *, gateway: Any = None) -> Any:

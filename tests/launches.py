@@ -21,6 +21,7 @@ from typing import Any
 
 from provision.burnin.launch import Launcher, LaunchResult, NodeRun
 from provision.observe import CommandResult
+from tests.simhelpers import shrink_to_four_gpus, write_spec
 
 HERE = Path(__file__).resolve().parent / "data" / "launches"
 
@@ -58,7 +59,6 @@ class Replay:
         self.pending: dict[str, list[dict[str, Any]]] = {}
         for entry in recording["launches"]:
             self.pending.setdefault(_key(entry["test"], entry["nodes"]), []).append(entry)
-        self.asked: list[str] = []
         self.lock = threading.Lock()
 
     def __call__(self, loaded: Any, state_dir: Path, nodes: list[Any], *, test: str, nproc: int,
@@ -66,7 +66,6 @@ class Replay:
                  separate: bool = False) -> LaunchResult:
         key = _key(test, [node.name for node in nodes])
         with self.lock:
-            self.asked.append(key)
             recorded = self.pending.get(key)
             if not recorded:
                 raise AssertionError(f"no recorded launch of {key}: the stage asks what was not recorded "
@@ -81,4 +80,11 @@ class Replay:
 
 def load(name: str) -> dict[str, Any]:
     return json.loads((HERE / f"{name}.json").read_text())
+
+
+def scenario_spec(directory: Path, faults: list[dict[str, Any]], hosts: str) -> Path:
+    """The spec a scenario is recorded on and replayed against: four GPUs and two ranks a host, the collectives
+    stage alone, NCCL's completion semantics."""
+    return shrink_to_four_gpus(write_spec(directory, faults, hosts=hosts, stages=["collectives"],
+                                          collective_semantics="nccl"))
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from provision.burnin import multinode
 from provision.burnin.launch import launch
 from provision.spec import load_spec
-from tests.launches import HERE, Recorder
-from tests.simhelpers import provision, shrink_to_four_gpus, write_spec
+from tests.launches import HERE, Recorder, scenario_spec
+from tests.simhelpers import provision
 
 HOSTS = "sim[01-04]"
 #: Scenarios on fewer hosts: a rail slow on four nodes times every collective out before it can be measured slow
@@ -44,8 +44,7 @@ SCENARIOS: dict[str, list[dict]] = {
 
 def record(name: str, faults: list[dict], directory: Path) -> dict:
     hosts = SMALLER.get(name, HOSTS)
-    spec = shrink_to_four_gpus(write_spec(directory, faults, hosts=hosts, stages=["collectives"],
-                                          collective_semantics="nccl"))
+    spec = scenario_spec(directory, faults, hosts)
     provision(spec)
     loaded = load_spec(spec)
     state_dir = directory / ".provision" / loaded.spec.cluster.name

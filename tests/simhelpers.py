@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import json
 import shutil
@@ -136,15 +137,14 @@ def _from_provisioned(spec: Path) -> bool:
     rows = cluster.describe_faults(loaded)
     semantics = loaded.spec.simulation.collective_semantics if loaded.spec.simulation else "gloo"
     for host in loaded.node_names:
-        host_dir = cluster.node_paths(state_dir, host).root.parent
-        recipe = read_recipe(host_dir)
+        root = cluster.node_paths(state_dir, host).root
+        recipe = read_recipe(root.parent)
         assert recipe is not None, host
         struck = [{**row, "injected": True} for row in rows if row["node"] == host and row["layer"] in ("node", "rank")]
-        write_recipe(host_dir, {**recipe, "faults": struck, "collective_semantics": semantics})
-        root = cluster.node_paths(state_dir, host).root
+        write_recipe(root.parent, {**recipe, "faults": struck, "collective_semantics": semantics})
         save_state(root, {**load_state(root), "collective_semantics": semantics})
         for row in struck:
-            inject_now(host_dir, row["kind"], row["target"], row["params"])
+            inject_now(root.parent, row["kind"], row["target"], row["params"])
     return True
 
 
@@ -171,7 +171,7 @@ def _relocate(tree: Path, old: str, new: str) -> None:
             if old.encode() in content:
                 path.write_bytes(content.replace(old.encode(), new.encode()))
     for database in tree.rglob("*.db"):
-        with sqlite3.connect(database) as connection:
+        with contextlib.closing(sqlite3.connect(database)) as connection, connection:
             for (table,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
                 for column in connection.execute(f"PRAGMA table_info({table})").fetchall():
                     if column[2].upper() == "TEXT":

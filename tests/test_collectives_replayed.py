@@ -13,8 +13,7 @@ import pytest
 
 from provision.burnin import multinode
 from provision.spec import load_spec
-from tests.launches import HERE, Replay, load
-from tests.simhelpers import shrink_to_four_gpus, write_spec
+from tests.launches import HERE, Replay, load, scenario_spec
 
 #: Which check names the faulty node; a rank that exits or goes silent mid-collective is also behind in posted
 #: calls, so the watchdog may name it first.
@@ -33,8 +32,7 @@ def test_every_scenario_is_recorded() -> None:
 
 def _stage(name: str, tmp_path: Path) -> tuple[dict, Replay, object]:
     recording = load(name)
-    loaded = load_spec(shrink_to_four_gpus(write_spec(tmp_path, recording["faults"], hosts=recording["hosts"],
-                                                      stages=["collectives"], collective_semantics="nccl")))
+    loaded = load_spec(scenario_spec(tmp_path, recording["faults"], recording["hosts"]))
     replay = Replay(recording)
     try:
         outcome: object = {verdict.node: verdict for verdict in multinode.run_collectives_stage(

@@ -191,9 +191,10 @@ def lost_nodes(result: LaunchResult, *, check: str, doing: str, timeout_s: float
     the test could not run at all. Empty when all finished."""
     lost: dict[str, list[CheckResult]] = {}
     vanished = vanished_ranks(result)
-    said = {host: [f"rank {rank} ({host}, GPU {rank % result.nproc}) exited (status {status}) {doing} and gave no "
-                   "result or error" for rank, (other, status) in vanished.items() if other == host]
-            for host, _ in vanished.values()}
+    said: dict[str, list[str]] = {}
+    for rank, (host, status) in vanished.items():
+        said.setdefault(host, []).append(f"rank {rank} ({host}, GPU {rank % result.nproc}) exited (status {status}) "
+                                         f"{doing} and gave no result or error")
     for host in culprits(said, len(result.nodes), stage=check, when=when):  # all of them: FailedEverywhere
         lost[host] = [CheckResult(check, Outcome.FAILED, said[host][0], "read its stack dump and the kernel log (an "
                                   "OOM kill, a crash in the driver or in NCCL)",
@@ -246,8 +247,7 @@ def stragglers(result: LaunchResult, limit_mad: float) -> dict[str, float]:
     values = list(outside.values())
     median = statistics.median(values)
     spread = 1.4826 * statistics.median(abs(value - median) for value in values)
-    on_gpu = all(str(record.get("device", "cpu")).startswith("cuda") for record in records)
-    spread = max(spread, SPREAD_FLOOR["gpu" if on_gpu else "cpu"] * median, 1e-3)
+    spread = max(spread, SPREAD_FLOOR["gpu" if on_gpu(records) else "cpu"] * median, 1e-3)
     hosts = result.ranks()
     found: dict[str, float] = {}
     for rank, value in outside.items():
