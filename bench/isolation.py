@@ -5,6 +5,9 @@ Two measurements, side by side:
 * the search itself (``provision.burnin.isolation``) against an oracle that fails a group holding a bad node,
   for d ∈ {1, 2, 3} bad nodes among n ∈ {16, 48, 128}, over many random placements (mean and worst launches,
   worst rounds);
+* small fleets with no healthy node known, against an oracle whose fault shows only *between* nodes (a node
+  alone passes): every placement of d bad nodes among n ≤ 8, launches, and whether any healthy node was blamed
+  (the bench exits non-zero if one was, or if a bad node with a healthy pair beside it was missed);
 * the real thing (full run only): the simulated cluster with ``collective_corruption`` injected on d hosts,
   the collectives stage run by `provision burnin`, the launches and rounds read from the run's own report.
 
@@ -19,6 +22,7 @@ import random
 import statistics
 import sys
 import tempfile
+from itertools import combinations
 from pathlib import Path
 
 import yaml
@@ -50,6 +54,24 @@ def oracle_table(placements: int) -> list[dict[str, object]]:
     return rows
 
 
+def small_fleets() -> list[dict[str, object]]:
+    rows = []
+    for n in range(2, 9):
+        nodes = [f"node{index}" for index in range(n)]
+        for d in range(1, n):
+            launches, unresolved = [], 0
+            for bad in map(set, combinations(nodes, d)):
+                found = isolate(nodes, lambda groups, bad=bad: [len(group) > 1 and bool(bad & set(group))
+                                                                for group in groups])
+                if not set(found.confirmed) <= bad or (n - d >= 2 and set(found.confirmed) != bad):
+                    raise SystemExit(f"isolation wrong between nodes: n={n} bad={sorted(bad)} {found.confirmed}")
+                unresolved += set(found.confirmed) != bad
+                launches.append(found.launches)
+            rows.append({"n": n, "d": d, "mean_launches": round(statistics.fmean(launches), 2),
+                         "worst_launches": max(launches), "placements_left_unresolved": unresolved})
+    return rows
+
+
 def simulated(bad_hosts: list[str]) -> dict[str, object]:
     """The example cluster, 2 ranks per host, collectives only, ``collective_corruption`` on ``bad_hosts``."""
     data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
@@ -75,7 +97,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="the oracle table only, fewer placements")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result: dict[str, object] = {"oracle": oracle_table(50 if args.quick else 1000)}
+    result: dict[str, object] = {"oracle": oracle_table(50 if args.quick else 1000), "small_fleets": small_fleets()}
     if not args.quick:
         result["simulated"] = [simulated(["sim07"]), simulated(["sim03", "sim12"])]
     if not args.json:

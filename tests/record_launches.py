@@ -23,13 +23,16 @@ from tests.simhelpers import provision
 
 HOSTS = "sim[01-04]"
 #: Scenarios on fewer hosts: a rail slow on four nodes times every collective out before it can be measured slow
-#: (the stage then stops as FailedEverywhere); on two it is measured, and pairing finds it in every pair.
-SMALLER = {"rail_slow_everywhere": "sim[01-02]"}
+#: (the stage then stops as FailedEverywhere); on two it is measured, and pairing finds it in every pair. A
+#: corrupting node among three has a single healthy pair to be confirmed against.
+SMALLER = {"rail_slow_everywhere": "sim[01-02]", "collective_corruption_three": "sim[01-03]"}
 SCENARIOS: dict[str, list[dict]] = {
     "healthy": [],
     "rank_hang": [{"kind": "rank_hang", "node": "sim02", "params": {"local_rank": 1, "after_ops": 5}}],
     "rank_slow": [{"kind": "rank_slow", "node": "sim03", "params": {"factor": 0.2}}],
     "collective_corruption": [{"kind": "collective_corruption", "node": "sim04", "params": {"local_rank": 1}}],
+    # three hosts, the corrupting one first: the group a first split would run alone (it passes alone)
+    "collective_corruption_three": [{"kind": "collective_corruption", "node": "sim01", "params": {"local_rank": 1}}],
     "degraded_hca_port": [{"kind": "degraded_hca_port", "node": "sim02", "target": "mlx5_3"}],
     "rail_slow_everywhere": [{"kind": "degraded_hca_port", "node": f"sim0{index}", "target": "mlx5_3"}
                              for index in (1, 2)],

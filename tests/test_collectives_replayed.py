@@ -19,6 +19,7 @@ from tests.launches import HERE, Replay, load, scenario_spec
 #: calls, so the watchdog may name it first.
 CAUGHT = {
     "healthy": set(), "rank_hang": {"watchdog"}, "rank_slow": {"outliers"}, "collective_corruption": {"correctness"},
+    "collective_corruption_three": {"correctness"},
     "degraded_hca_port": {"rail_busbw"}, "worker_error_init": {"collectives"},
     "worker_error_exit": {"collectives", "watchdog"}, "worker_error_silent": {"collectives", "watchdog"},
 }

@@ -72,3 +72,45 @@ def test_the_round_limit_leaves_the_open_groups_listed() -> None:
     found = isolate([f"n{index}" for index in range(32)], _oracle({"n5"}, []), max_rounds=2)
     assert found.rounds == 2 and not found.confirmed
     assert any("n5" in group for group in found.unresolved)
+
+
+def _between_nodes(bad: set[str], seen: list[list[list[str]]]):
+    """A fault on the path between nodes (a corrupting HCA, a bad cable): a node alone never shows it."""
+    def run_round(groups: list[list[str]]) -> list[bool]:
+        members = [node for group in groups for node in group]
+        assert len(members) == len(set(members)), f"a node in two parallel groups: {groups}"
+        seen.append(groups)
+        return [len(group) >= 2 and bool(bad & set(group)) for group in groups]
+    return run_round
+
+
+@pytest.mark.parametrize("n", range(2, 8))
+def test_a_fault_between_nodes_never_blames_a_healthy_node(n: int) -> None:
+    # every bad set of every small fleet: a pass alone clears nobody, so nobody healthy is padded into blame
+    # (six hosts with one healthy partner once quarantined two healthy nodes for a corrupting one)
+    nodes = [f"sim{index:02d}" for index in range(1, n + 1)]
+    for mask in range(1, 2 ** n):
+        bad = {node for index, node in enumerate(nodes) if mask >> index & 1}
+        rounds: list[list[list[str]]] = []
+        found = isolate(nodes, _between_nodes(bad, rounds))
+        assert set(found.confirmed) <= bad, (bad, found)
+        assert not set(found.known_good) & bad, (bad, found)
+        assert found.launches == sum(len(groups) for groups in rounds)
+        if n - len(bad) >= 2:  # a healthy pair exists: every bad node is found beside a healthy partner
+            assert sorted(found.confirmed) == sorted(bad), (bad, found.log)
+            assert set(found.known_good) == set(nodes) - bad
+
+
+def test_three_nodes_one_corrupting_finds_it_without_running_anyone_alone() -> None:
+    rounds: list[list[list[str]]] = []
+    found = isolate(["sim04", "sim05", "sim06"], _between_nodes({"sim04"}, rounds))
+    assert found.confirmed == ["sim04"] and sorted(found.known_good) == ["sim05", "sim06"]
+    assert all(len(group) >= 2 for groups in rounds for group in groups)
+
+
+def test_a_node_that_passes_only_alone_is_untestable_not_good() -> None:
+    # one healthy node beside one whose fault shows only between nodes: no healthy pair exists
+    found = isolate(["a", "b"], _between_nodes({"a"}, []))
+    assert found.confirmed == [] and found.known_good == []
+    assert sorted(found.untestable) == ["a", "b"] and not found.unresolved
+    assert found.launches == 2  # each alone once: the failing pair itself is not run again

@@ -12,6 +12,13 @@ round are node-disjoint and run in parallel. A group smaller than the test needs
 known good, and a node is only reported once it has failed in a group whose other members are known good — a
 suspect inferred by elimination is confirmed against a healthy partner before anyone is quarantined.
 
+A node tested alone proves nothing by passing: the faults group testing hunts (a corrupting HCA, a bad cable)
+live on the path *between* nodes, which a one-node world never uses — a one-node pass once made a corrupting node
+"good" and then blamed the healthy partners it padded. So while no node is known good and a group would have to
+run alone, the search first looks for a healthy pair: disjoint pairs of the open nodes, each pair tried once,
+until one passes. Only when every pair has failed is a node run alone, where a failure is its own and a pass is
+listed as ``untestable``.
+
 The search is pure: running a round of tests is the caller's function, so the same code drives the real burn-in
 and the isolation benchmark's simulated oracle.
 """
@@ -41,6 +48,8 @@ class Isolation:
     log: list[dict[str, Any]] = field(default_factory=list)
     #: The search stopped at its round limit with these groups still open.
     unresolved: list[list[str]] = field(default_factory=list)
+    #: Passed only when run alone (no healthy partner anywhere): neither cleared nor blamed.
+    untestable: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -59,6 +68,8 @@ def isolate(failing: Sequence[str], run_round: RoundRunner, *, known_good: Seque
     result = Isolation()
     good = list(known_good)
     open_groups = [_Group(list(failing), True)] if failing else []
+    # the pairs already run while no partner was known (a failing pair is one already)
+    tried: set[frozenset[str]] = {frozenset(failing)} if len(failing) == 2 else set()
     while open_groups and result.rounds < max_rounds:
         known_bad = [group for group in open_groups if group.positive]
         # the halves left untested are set aside until every known-bad group is resolved, then tested at once
@@ -90,14 +101,22 @@ def isolate(failing: Sequence[str], run_round: RoundRunner, *, known_good: Seque
         if not runnable:
             open_groups = carried
             break
+        if any(len(test.group.nodes) + len(test.padding) < min_group for test in runnable):
+            # no healthy partner known: a group run now would run alone, and a pass alone clears nobody
+            open_nodes = [node for group in open_groups for node in group.nodes]
+            pairs = _untried_pairs(open_nodes, tried) if min_group == 2 else []
+            if pairs:
+                failed = run_round(pairs)
+                _record(result, [(pair, [], verdict) for pair, verdict in zip(pairs, failed, strict=True)])
+                tried.update(frozenset(pair) for pair in pairs)
+                good.extend(node for pair, verdict in zip(pairs, failed, strict=True) if not verdict for node in pair)
+                open_groups = _without(open_groups, set(good))
+                continue
         failed = run_round([test.group.nodes + test.padding for test in runnable])
-        result.rounds += 1
-        result.launches += len(runnable)
-        result.log.append({"round": result.rounds, "groups": [
-            {"nodes": test.group.nodes, "padding": test.padding, "failed": verdict}
-            for test, verdict in zip(runnable, failed, strict=True)]})
+        _record(result, [(test.group.nodes, test.padding, verdict)
+                         for test, verdict in zip(runnable, failed, strict=True)])
         open_groups = carried + [group for test, verdict in zip(runnable, failed, strict=True)
-                                 for group in _conclude(test, verdict, result, good)]
+                                 for group in _conclude(test, verdict, result, good, min_group)]
     result.unresolved = [group.nodes for group in open_groups]
     result.known_good = sorted(set(good) - set(known_good))
     return result
@@ -114,8 +133,37 @@ class _Test:
     deferred: bool = False
 
 
-def _conclude(test: _Test, failed: bool, result: Isolation, good: list[str]) -> list[_Group]:
+def _record(result: Isolation, groups: list[tuple[list[str], list[str], bool]]) -> None:
+    result.rounds += 1
+    result.launches += len(groups)
+    result.log.append({"round": result.rounds, "groups": [
+        {"nodes": nodes, "padding": padding, "failed": verdict} for nodes, padding, verdict in groups]})
+
+
+def _untried_pairs(nodes: list[str], tried: set[frozenset[str]]) -> list[list[str]]:
+    """Node-disjoint pairs of ``nodes`` not run before, greedily: one round of the search for a healthy pair."""
+    pairs: list[list[str]] = []
+    free = list(nodes)
+    while free:
+        first = free.pop(0)
+        partner = next((node for node in free if frozenset((first, node)) not in tried), None)
+        if partner is not None:
+            free.remove(partner)
+            pairs.append([first, partner])
+    return pairs
+
+
+def _without(groups: list[_Group], good: set[str]) -> list[_Group]:
+    """The open groups once ``good`` nodes are known: a known-bad group keeps its bad node among the rest."""
+    kept = [_Group([node for node in group.nodes if node not in good], group.positive) for group in groups]
+    return [group for group in kept if group.nodes]
+
+
+def _conclude(test: _Test, failed: bool, result: Isolation, good: list[str], min_group: int) -> list[_Group]:
     """What one test's outcome leaves open."""
+    if not failed and len(test.group.nodes) + len(test.padding) < min_group:
+        result.untestable.extend(test.group.nodes)  # passed alone: the path between nodes was never used
+        return [_Group(test.twin.nodes, test.twin.positive)] if test.twin else []
     if not failed:
         if test.group.positive and len(test.group.nodes) == 1:
             result.unconfirmed.extend(test.group.nodes)  # inferred bad, yet fine beside a healthy partner

@@ -580,11 +580,12 @@ class CollectivesStage:
         self.report.append({"attempt": attempt, "wrong": wrong, "isolation": {
             "confirmed": isolation.confirmed, "unconfirmed": isolation.unconfirmed,
             "launches": isolation.launches, "rounds": isolation.rounds, "bound": round(bound, 2),
-            "log": isolation.log, "unresolved": isolation.unresolved}})
+            "log": isolation.log, "unresolved": isolation.unresolved, "untestable": isolation.untestable}})
         if not isolation.confirmed:
             raise CollectivesUnresolved(
                 f"collectives returned wrong results ({', '.join(wrong[:3])}) but group testing confirmed no "
-                f"node in {isolation.launches} launches (unconfirmed: {isolation.unconfirmed or 'none'}): "
+                f"node in {isolation.launches} launches (unconfirmed: {isolation.unconfirmed or 'none'}; passed "
+                f"only alone, with no healthy partner to test beside: {isolation.untestable or 'none'}): "
                 "no node was quarantined for it")
         for host in isolation.confirmed:
             self._fail(host, CheckResult(
