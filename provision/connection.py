@@ -9,16 +9,11 @@ command through ``sudo``: non-interactively (``sudo -n``), or with the spec's be
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provision.spec import LoadedSpec
-
-#: What sudo says when it refuses (no rule for the user, a password it was not given or that was wrong).
-SUDO_REFUSALS = re.compile(r"^sudo: |is not in the sudoers file|may not run sudo|incorrect password|"
-                           r"a password is required|a terminal is required", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -90,17 +85,3 @@ def connection_model(loaded: LoadedSpec) -> ConnectionModel:
         become=connection.become, timeout_s=connection.timeout_s)
 
 
-def become_argv(argv: list[str], *, with_password: bool) -> list[str]:
-    """``argv`` through sudo: ``-n`` never waits for a password; ``-S -p ''`` reads it from stdin, silently."""
-    return ["sudo", "-S", "-p", "", "--", *argv] if with_password else ["sudo", "-n", "--", *argv]
-
-
-def refused_by_sudo(stderr: str) -> str | None:
-    """sudo's own refusal line, if sudo refused (the command itself never ran): its last one, which says the most
-    (a wrong password ends with "sudo: 1 incorrect password attempt" after "sudo: no password was provided")."""
-    matches = list(SUDO_REFUSALS.finditer(stderr))
-    if not matches:
-        return None
-    match = matches[-1]
-    line = stderr[stderr.rfind("\n", 0, match.start()) + 1:].split("\n", 1)[0].strip()
-    return line or match.group(0)

@@ -10,50 +10,33 @@ It speaks Nagios: exit 0 OK, 1 WARNING, 2 CRITICAL (a check failed), 3 UNKNOWN (
 is no check file), one summary line first. With ``--drain`` a CRITICAL node drains itself in Slurm with the
 check's reason, prefixed ``provision node-check:`` — not ``provision:``, so a later sync of the store (where the
 node is still admitted) leaves that drain alone, as it leaves an administrator's, until someone looks.
+
+This module runs on the node from the burn-in's runtime, where the controller's package is absent: standard
+library only, Python 3.10 (``python -m provision.node_check``, what the node_runtime role's
+``/usr/local/sbin/provision-node-check`` runs). The controller writes the check file
+(:mod:`provision.node_check_file`) and offers the same run as ``provision node-check``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import subprocess
-from dataclasses import asdict, dataclass
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from provision.checks import preflight
 from provision.checks.outcome import CheckResult, Outcome
-from provision.observe import LocalSession
-from provision.spec import LoadedSpec
+from provision.hostsession import LocalSession
 
 CHECK_FILE = "/etc/provision/node-check.json"
 FORMAT = 1
 NAGIOS = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 DRAIN_PREFIX = "provision node-check:"
-
-
-def check_file(loaded: LoadedSpec, node_name: str) -> dict[str, Any]:
-    """The check file of one node: what it must be, no timestamp (an unchanged spec rewrites nothing)."""
-    node = next(node for node in loaded.nodes if node.name == node_name)
-    expect = preflight.expectations(loaded, node)
-    fields = asdict(expect)
-    fields["gpu_pcie"], fields["hca_pcie"] = list(expect.gpu_pcie), list(expect.hca_pcie)
-    fields["rail_hcas"] = list(expect.rail_hcas)
-    fields["rails"] = [list(pair) for pair in expect.rails]
-    fields["uuid_blocklist"] = sorted(expect.uuid_blocklist)
-    fields["allowlist"] = [pattern.pattern for pattern in expect.allowlist]
-    return {"format": FORMAT, "node": node_name, "cluster": loaded.spec.cluster.name, "spec_sha256": loaded.sha256,
-            "expectations": fields}
-
-
-def write_check_files(loaded: LoadedSpec, directory: Path) -> Path:
-    """One check file per node under ``directory`` (``<node>.json``): what the node_check role copies."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for node in loaded.nodes:
-        (directory / f"{node.name}.json").write_text(json.dumps(check_file(loaded, node.name), indent=1,
-                                                                sort_keys=True) + "\n")
-    return directory
 
 
 class CheckFileError(ValueError):
@@ -138,3 +121,37 @@ def run(path: Path, *, timeout_s: float = 8.0, drain: bool = False) -> NodeCheck
         except (OSError, subprocess.TimeoutExpired) as error:
             check.drained = f"could not drain {name}: {error}"
     return check
+
+
+def report(check: NodeCheck, *, as_json: bool) -> str:
+    """What the command prints: the Nagios lines, or the results as JSON."""
+    if as_json:
+        return json.dumps({"node": check.node, "status": check.status, "summary": check.summary,
+                           "drained": check.drained, "results": [result.as_dict() for result in check.results]},
+                          indent=2) + "\n"
+    return "\n".join(check.lines()) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m provision.node_check``: the node's own entry (no click there); the exit code is Nagios's."""
+    parser = argparse.ArgumentParser(prog="provision-node-check", description="Check this node against its check "
+                                     "file; Nagios exit codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).")
+    parser.add_argument("--file", dest="path", type=Path, default=Path(CHECK_FILE),
+                        help=f"the check file the provisioning playbook wrote (default {CHECK_FILE})")
+    parser.add_argument("--drain", action="store_true", help="on CRITICAL, drain this node in Slurm")
+    parser.add_argument("--timeout", dest="timeout_s", type=float, default=8.0, help="bound on each probe (s)")
+    parser.add_argument("--json", dest="as_json", action="store_true", help="the results as JSON")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stopped:  # argparse's usage error is 2, CRITICAL to Nagios: a bad call is UNKNOWN
+        return NAGIOS["UNKNOWN"] if stopped.code else 0
+    if not 0.5 <= args.timeout_s <= 60:
+        sys.stderr.write("provision-node-check: --timeout must be between 0.5 and 60 seconds\n")
+        return NAGIOS["UNKNOWN"]
+    check = run(args.path, timeout_s=args.timeout_s, drain=args.drain)
+    sys.stdout.write(report(check, as_json=args.as_json))
+    return check.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,124 +12,24 @@ simulator.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
-import os
 import random
 import shlex
-import signal
-import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from provision import inventory
-from provision.connection import ConnectionModel, become_argv, connection_model, refused_by_sudo
+from provision.connection import ConnectionModel, connection_model
+from provision.hostsession import CommandResult as CommandResult
+from provision.hostsession import HostSession as HostSession
+from provision.hostsession import LocalSession as LocalSession
+from provision.hostsession import become_argv, refused_by_sudo
 from provision.secrets import resolve as resolve_secret
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    argv: tuple[str, ...]
-    rc: int
-    stdout: str
-    stderr: str
-    seconds: float
-    timed_out: bool = False
-    refused_root: str = ""  # sudo's refusal, or why the command could not run as root
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0 and not self.timed_out
-
-    def problem(self) -> str:
-        """One line saying why the command's output cannot be trusted; ``needs root: <what sudo said>`` when
-        the privilege was refused, so exactly the checks that needed it say why."""
-        if self.refused_root:
-            return f"needs root: {self.refused_root}"
-        command = shlex.join(self.argv)
-        if self.timed_out:
-            return f"{command} timed out after {self.seconds:.0f} s"
-        detail = (self.stderr.strip() or self.stdout.strip()).splitlines()
-        return f"{command} exited {self.rc}" + (f": {detail[-1]}" if detail else "")
-
-
-class HostSession(Protocol):
-    host: str
-
-    def run(self, argv: Sequence[str], timeout_s: float, *, become: bool = False) -> CommandResult: ...
-
-    def read_text(self, path: str) -> str | None: ...
-
-    def resolve_links(self, directory: str) -> dict[str, str]: ...
-
-    def close(self) -> None: ...
-
-
-class LocalSession:
-    """Commands run as child processes of the controller; paths are read under ``root``."""
-
-    def __init__(self, host: str, root: Path = Path("/"), environment: Mapping[str, str] | None = None) -> None:
-        self.host = host
-        self.root = root
-        self.environment = {**os.environ, **(environment or {})}
-
-    def _path(self, path: str) -> Path:
-        return self.root / path.lstrip("/")
-
-    def run(self, argv: Sequence[str], timeout_s: float, *, become: bool = False) -> CommandResult:
-        if become and os.geteuid() != 0:  # the controller's own user: sudo, never waiting for a password
-            result = self._run(become_argv(list(argv), with_password=False), timeout_s)
-            refusal = refused_by_sudo(result.stderr) if not result.ok else None
-            return dataclasses.replace(result, argv=tuple(argv), refused_root=refusal or "")
-        return self._run(argv, timeout_s)
-
-    def _run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
-        started = time.monotonic()
-        try:
-            process = subprocess.Popen(list(argv), env=self.environment, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True, start_new_session=True)
-        except OSError as error:
-            return CommandResult(tuple(argv), 127, "", str(error), time.monotonic() - started)
-        try:
-            stdout, stderr = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            stdout, stderr = process.communicate()
-            return CommandResult(tuple(argv), -9, stdout, stderr, time.monotonic() - started, timed_out=True)
-        return CommandResult(tuple(argv), process.returncode, stdout, stderr, time.monotonic() - started)
-
-    def read_text(self, path: str) -> str | None:
-        try:
-            return self._path(path).read_text()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-
-    def resolve_links(self, directory: str) -> dict[str, str]:
-        base = self._path(directory)
-        if not base.is_dir():
-            return {}
-        root = os.path.realpath(self.root)
-        resolved = {}
-        for name in sorted(os.listdir(base)):
-            target = os.path.realpath(base / name)
-            resolved[name] = "/" + os.path.relpath(target, root)
-        return resolved
-
-    def close(self) -> None:
-        return None
-
-
-def _kill_group(process: subprocess.Popen[str]) -> None:
-    """A timed-out probe leaves nothing behind: its whole process group goes."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-
 
 #: Tries at opening a command's channel: sshd refuses one past its MaxSessions while it closes finished ones.
 CHANNEL_ATTEMPTS = 3
@@ -209,14 +109,15 @@ class SshSession:
                     continue
                 timed_out = "timed out" in str(error).lower() or type(error).__name__ == "CommandTimedOut"
                 return CommandResult(tuple(argv), 255, "", f"{type(error).__name__}: {error}",
-                                     time.monotonic() - started, timed_out=timed_out)
+                                     time.monotonic() - started, timed_out=timed_out, lost=not timed_out)
         refusal = None
         if become and result.exited != 0 and self.user != "root":
             lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
             refusal = refused_by_sudo(result.stderr) if escalate else (
                 f"connection.become is off and {self.user} is not root: {lines[-1] if lines else 'refused'}")
+        # paramiko's -1: the channel closed with no exit status, the connection gone under the command (ours)
         return CommandResult(tuple(argv), result.exited, result.stdout, result.stderr, time.monotonic() - started,
-                             refused_root=refusal or "")
+                             refused_root=refusal or "", lost=result.exited == -1)
 
     def read_text(self, path: str) -> str | None:
         result = self.run(["cat", "--", self.root + path], 30)
@@ -260,10 +161,106 @@ def _connection(address: str, user: str, port: int, model: ConnectionModel, *, g
     return connection
 
 
+class SessionPool:
+    """One SSH connection per host for a whole burn-in campaign: every probe, runtime check, launch and pair round
+    of every stage goes over it, so a delivery costs the bastion one handshake per host, not one per host per
+    launch (a stage makes one to six launches, isolation more). A connection that failed under a command is
+    dropped and the next use opens a new one; the pool closes them all when the campaign ends."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, HostSession] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self.opened = 0  # connections opened, reopenings included
+
+    def get(self, host: str, opener: Callable[[], HostSession]) -> HostSession:
+        with self._guard:
+            lock = self._locks.setdefault(host, threading.Lock())
+        with lock:  # one opening per host at a time: two stages' threads never race to open the same host
+            session = self._sessions.get(host)
+            if session is None:
+                session = opener()
+                self.opened += 1
+                self._sessions[host] = session
+        return _Pooled(self, host, session)
+
+    def drop(self, host: str, session: HostSession) -> None:
+        with self._guard:
+            if self._sessions.get(host) is session:
+                del self._sessions[host]
+            else:
+                return
+        with contextlib.suppress(Exception):
+            session.close()
+
+    def close(self) -> None:
+        with self._guard:
+            sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            with contextlib.suppress(Exception):
+                session.close()
+
+
+class _Pooled:
+    """A pool's session as its users see it: ``close`` leaves the connection to the pool, and a command whose
+    connection failed retires it so the next user connects afresh."""
+
+    def __init__(self, pool: SessionPool, host: str, session: HostSession) -> None:
+        self.pool, self.host, self.session = pool, host, session
+
+    def run(self, argv: Sequence[str], timeout_s: float, *, become: bool = False) -> CommandResult:
+        result = self.session.run(argv, timeout_s, become=become)
+        if result.lost:
+            self.pool.drop(self.host, self.session)
+        return result
+
+    def read_text(self, path: str) -> str | None:
+        return self.session.read_text(path)
+
+    def resolve_links(self, directory: str) -> dict[str, str]:
+        return self.session.resolve_links(directory)
+
+    def close(self) -> None:
+        return None
+
+
+_POOLS: dict[str, SessionPool] = {}
+_POOLS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def shared_sessions(state_dir: Path) -> Iterator[SessionPool]:
+    """Within this block, :func:`open_session` for the cluster at ``state_dir`` hands out pooled sessions (SSH
+    only: a local session has no connection to keep). The burn-in campaign runs inside one."""
+    key = str(state_dir.resolve())
+    pool = SessionPool()
+    with _POOLS_GUARD:
+        outer = _POOLS.get(key)
+        if outer is None:
+            _POOLS[key] = pool
+    try:
+        yield outer or pool
+    finally:
+        if outer is None:
+            with _POOLS_GUARD:
+                _POOLS.pop(key, None)
+            pool.close()
+
+
 def open_session(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, *,
                  become_password: str | None = None) -> HostSession:
-    """The session the inventory describes for ``node``: the one switch between real and simulated hosts."""
+    """The session the inventory describes for ``node``: the one switch between real and simulated hosts; inside
+    :func:`shared_sessions`, the campaign's one connection to the host."""
     variables = inventory.host_vars(loaded, node, state_dir)
+    with _POOLS_GUARD:
+        pool = _POOLS.get(str(state_dir.resolve()))
+    if pool is None or variables.get("ansible_connection") == "local" or become_password is not None:
+        return _open_session(loaded, node, state_dir, variables, become_password=become_password)
+    return pool.get(node.name, lambda: _open_session(loaded, node, state_dir, variables))
+
+
+def _open_session(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, variables: dict[str, Any], *,
+                  become_password: str | None = None) -> HostSession:
     root, environment = variables.get("hw_root") or "/", variables.get("provision_environment")
     if variables.get("ansible_connection") == "local":
         return LocalSession(node.name, Path(root), environment)

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import ansible, inventory, node_check, recovery, runtime
+from provision import ansible, inventory, node_check_file, recovery, runtime
 from provision.burnin.phase import BurninPhase
 from provision.errors import UsageProblem
 from provision.phases import Phase, PhaseContext, PhaseReport, SystemicFailure
@@ -153,7 +153,7 @@ class ProvisionPhase:
                                {"hosts": unbuilt})
         with tempfile.TemporaryDirectory() as scratch:
             path = inventory.write(loaded, state_dir, Path(scratch) / "inventory.yml")
-            checks = node_check.write_check_files(loaded, Path(scratch) / "node-check")
+            checks = node_check_file.write_check_files(loaded, Path(scratch) / "node-check")
             result = ansible.run_playbook(path, hosts, check=True, forks=forks,
                                           extravars={"node_check_dir": str(checks),
                                                      **runtime_wheel(loaded, Path(scratch) / "runtime")})
@@ -174,7 +174,7 @@ class ProvisionPhase:
         path = inventory.write(context.loaded, context.store.state_dir, context.run.path / "inventory.yml")
         # play keywords (max_fail_percentage) see extra vars, not inventory vars: the budget goes here
         budget = {"provision_max_fail_percentage": context.loaded.spec.admission.max_failure_percent.provision}
-        checks = node_check.write_check_files(context.loaded, context.run.path / "node-check")
+        checks = node_check_file.write_check_files(context.loaded, context.run.path / "node-check")
         wheel = runtime_wheel(context.loaded, context.run.path / "runtime")
 
         def play(on: list[str]) -> ansible.PlaybookResult:

@@ -5,6 +5,12 @@ The role installs a virtualenv at ``software.runtime.path`` with the pinned torc
 wheel built here, from this controller's own sources: its version is the project's plus a digest of those
 sources, so a controller with changed tests reinstalls them and a node left with old ones is told apart.
 
+The same wheel carries the node-side part of ``provision`` (:data:`NODE_MODULES`: ``node-check``, the preflight
+facts and judgements it runs, the local session), so Slurm's HealthCheckProgram runs on the node from the runtime
+with no controller package there. Those modules and ``fabric_tests`` import only the standard library, each other
+(and torch, numpy for the tests) and hold to the runtime's oldest Python, 3.10 (Ubuntu 22.04's): the layering test
+checks both.
+
 The check is a fact like the others: a command (``python -m fabric_tests.version``), a pure parser and a
 judgement, its result the check ``runtime/version`` of the stage about to run.
 """
@@ -28,20 +34,38 @@ from provision.spec.model import ClusterSpec
 #: What fabric_tests imports besides the standard library (pyproject's ``nodes`` extra); torch is pinned apart.
 NODE_REQUIREMENTS = ("torch>=2.4", "numpy>=1.26")
 
+#: The node-side modules of ``provision`` the wheel carries beside ``fabric_tests`` (paths under the project).
+NODE_MODULES = (
+    "provision/__init__.py", "provision/hostsession.py", "provision/node_check.py",
+    "provision/checks/__init__.py", "provision/checks/outcome.py", "provision/checks/kernel_allowlist.py",
+    "provision/checks/preflight.py",
+    "provision/facts/__init__.py", "provision/facts/fact.py", "provision/facts/infiniband.py",
+    "provision/facts/kernel_log.py", "provision/facts/lspci.py", "provision/facts/nvidia_smi.py",
+    "provision/facts/packages.py", "provision/facts/system.py",
+)
+#: The oldest Python the node runtime runs on (Ubuntu 22.04's python3).
+NODE_PYTHON = (3, 10)
+PROJECT = Path(__file__).resolve().parent.parent
+
 #: Fixed timestamps make the wheel's bytes a function of the sources: copying it again changes nothing.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def sources() -> list[Path]:
+    """Every file the wheel carries: ``fabric_tests`` and the node-side modules of ``provision``."""
     package = Path(fabric_tests.__file__).resolve().parent
-    return sorted(path for path in package.glob("*.py"))
+    return sorted([*package.glob("*.py"), *(PROJECT / module for module in NODE_MODULES)])
+
+
+def _in_wheel(path: Path) -> str:
+    return path.relative_to(PROJECT).as_posix()
 
 
 def wheel_version() -> str:
     """``<project version>+g<digest of the fabric_tests sources>`` (a PEP 440 local version)."""
     digest = hashlib.sha256()
     for path in sources():
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(_in_wheel(path).encode() + b"\0" + path.read_bytes() + b"\0")
     return f"{__version__}+g{digest.hexdigest()[:12]}"
 
 
@@ -55,10 +79,10 @@ def build_wheel(directory: Path, version: str | None = None) -> Path:
     version = version or wheel_version()
     name = DISTRIBUTION.replace("-", "_")
     info = f"{name}-{version}.dist-info"
-    files: dict[str, bytes] = {f"fabric_tests/{path.name}": path.read_bytes() for path in sources()}
+    files: dict[str, bytes] = {_in_wheel(path): path.read_bytes() for path in sources()}
     files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {version}\n"
                                  "Summary: the burn-in tests provision runs on the nodes\n"
-                                 "Requires-Python: >=3.9\n"
+                                 f"Requires-Python: >={NODE_PYTHON[0]}.{NODE_PYTHON[1]}\n"
                                  + "".join(f"Requires-Dist: {need}\n" for need in NODE_REQUIREMENTS)).encode()
     files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: provision\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files.items())

@@ -145,7 +145,7 @@ def test_an_edited_map_fails(tmp_path: Path) -> None:
     line = next(line for line in edited.splitlines() if line.startswith("| `provision/checks/` |"))
     forgetful = edited.replace(line, line.replace(", `catalog` |", " |"))
     assert forgetful != text
-    assert "provision.checks.preflight imports provision.catalog: the map does not allow it" in \
+    assert "provision.checks.spec_expectations imports provision.catalog: the map does not allow it" in \
         violations(read_map(forgetful), IMPORTS)
     leaky = dict(IMPORTS, **{"topology.hostlist": IMPORTS["topology.hostlist"] | {"provision.spec"}})
     assert "topology.hostlist imports provision.spec: the map does not allow it" in violations(read_map(text), leaky)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from provision import node_check
-from provision.checks import preflight
+from provision import node_check, node_check_file
+from provision.checks import spec_expectations
 from provision.checks.outcome import CheckResult, Outcome
 from provision.spec import load_spec
 from tests.conftest import EXAMPLES
@@ -21,9 +21,9 @@ def test_the_check_file_round_trips_to_the_controllers_expectations(example: str
     loaded = load_spec(EXAMPLES / example)
     node = loaded.nodes[-1]
     path = tmp_path / f"{node.name}.json"
-    path.write_text(json.dumps(node_check.check_file(loaded, node.name)))
+    path.write_text(json.dumps(node_check_file.check_file(loaded, node.name)))
     name, expect = node_check.read_check_file(path)
-    wanted = preflight.expectations(loaded, node)
+    wanted = spec_expectations.expectations(loaded, node)
     assert name == node.name
     assert expect.allowlist and [p.pattern for p in expect.allowlist] == [p.pattern for p in wanted.allowlist]
     assert {**vars(expect), "allowlist": None} == {**vars(wanted), "allowlist": None}

@@ -32,8 +32,10 @@ def test_the_wheel_is_a_function_of_the_sources(tmp_path: Path) -> None:
 def test_the_wheel_records_every_file_with_its_hash(tmp_path: Path) -> None:
     with zipfile.ZipFile(runtime.build_wheel(tmp_path)) as archive:
         names = archive.namelist()
-        assert {f"fabric_tests/{path.name}" for path in runtime.sources()} <= set(names)
+        assert {path.relative_to(runtime.PROJECT).as_posix() for path in runtime.sources()} <= set(names)
         assert "fabric_tests/version.py" in names and "fabric_tests/agent.py" in names
+        assert set(runtime.NODE_MODULES) <= set(names)  # node-check runs from the runtime
+        assert not {name for name in names if name.startswith("provision/")} - set(runtime.NODE_MODULES)
         record = next(name for name in names if name.endswith(".dist-info/RECORD"))
         rows = [line.split(",") for line in archive.read(record).decode().splitlines()]
         assert {row[0] for row in rows} == set(names)

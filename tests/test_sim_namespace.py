@@ -58,6 +58,7 @@ pytestmark = pytest.mark.skipif(
 #: What the pcie_acs role installs: at these real paths inside a host, and never on this machine.
 ACS_FILES = ("usr/local/sbin/provision-acs-disable", "etc/systemd/system/provision-acs.service")
 RUNTIME = "/opt/provision/runtime"
+NODE_CHECK = "/usr/local/sbin/provision-node-check"
 
 
 WHEELHOUSE_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "provision-tests"
@@ -199,13 +200,21 @@ def test_provisioning_converges_the_hosts_and_installs_the_runtime(delivery) -> 
                                                           "--format=csv").stdout)
     assert {row["driver_version"] for row in drivers} == {"535.183.01"}
     root = state / "sim" / "nodes" / "sim01" / "root"
-    for path in (*ACS_FILES, "opt/provision/runtime/bin/python"):
+    for path in (*ACS_FILES, "opt/provision/runtime/bin/python", NODE_CHECK.lstrip("/")):
         assert (root / path).exists(), f"/{path} did not land in the host"
         assert not (Path("/") / path).exists(), f"/{path} was written on this machine"
     described = _ssh(servers, ADDRESSES["sim02"], f"{RUNTIME}/bin/python -m fabric_tests.version")
     assert described.returncode == 0, described.stderr
     found = json.loads(described.stdout)
     assert found["torch"].split("+")[0] == TORCH and found["fabric_tests"].startswith("0.1.0+g")
+    # Slurm's HealthCheckProgram, as root on the node, from what the roles installed: no controller package there
+    checked = _ssh(servers, ADDRESSES["sim02"], f"echo {PASSWORD} | sudo -S -p '' {NODE_CHECK} --json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    verdict = json.loads(checked.stdout)
+    assert verdict["status"] == "OK" and verdict["node"] == "sim02" and len(verdict["results"]) > 10, verdict
+    absent = _ssh(servers, ADDRESSES["sim02"], f"{RUNTIME}/bin/python -c 'import provision.spec'; "
+                                               f"{RUNTIME}/bin/python -c 'import pydantic'; command -v provision")
+    assert absent.stderr.count("ModuleNotFoundError") == 2 and not absent.stdout.strip(), absent
 
 
 def test_with_sudo_refused_the_root_checks_are_unknown_and_nobody_is_admitted(delivery) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from provision import runtime
 from provision.burnin.verdict import NodeVerdict, judge
-from provision.checks import preflight
+from provision.checks import preflight, spec_expectations
 from provision.checks.outcome import CheckResult, Outcome
 from provision.observe import open_session
 from provision.spec import LoadedSpec
@@ -26,7 +26,7 @@ def check_node(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> list[
         return [CheckResult("connect", Outcome.UNKNOWN, f"cannot open a session: {type(error).__name__}: {error}",
                             "check that the host is up and reachable over SSH")]
     try:
-        return preflight.run(session, preflight.expectations(loaded, node), COMMAND_TIMEOUT_S)
+        return preflight.run(session, spec_expectations.expectations(loaded, node), COMMAND_TIMEOUT_S)
     finally:
         session.close()
 

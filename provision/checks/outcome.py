@@ -7,16 +7,24 @@ is never read as healthy; ``silenced`` is a known, judged-harmless condition tha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 
-class Outcome(StrEnum):
+class Outcome(str, Enum):
+    """A ``str`` whose text is its value (``enum.StrEnum`` is Python 3.11: this runs on a node's 3.10 too)."""
+
     OK = "ok"
     SILENCED = "silenced"
     WARNING = "warning"
     FAILED = "failed"
     UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
     @property
     def rank(self) -> int:

@@ -4,6 +4,10 @@
 fact's command and parser live together in :mod:`provision.facts`); :func:`collect` gathers them in
 parallel over the host's one session; :func:`evaluate` turns the gathered text into one :class:`CheckResult`
 per check. A probe that fails makes the checks that need it ``unknown``, never ``ok``.
+
+What a node must be arrives as :class:`Expectations`, made from the spec on the controller
+(:mod:`provision.checks.spec_expectations`) or read from the node's check file: this module runs on the node
+too, from the burn-in's runtime (standard library only, Python 3.10).
 """
 
 from __future__ import annotations
@@ -14,15 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from provision.catalog import GPU_MODELS
 from provision.checks import kernel_allowlist
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, packages, system
 from provision.facts.fact import Fact, Parsed
-from provision.observe import CommandResult, HostSession
-from provision.spec import LoadedSpec
-from provision.spec.semantics import ResolvedNode
-from provision.spec.thresholds import effective_thresholds
+from provision.hostsession import CommandResult, HostSession
 
 #: What preflight reads from a host; each fact's command (or file) and parser live in its own module.
 PROBES: tuple[Fact[Any], ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
@@ -72,29 +72,6 @@ class Expectations:
     allowlist: tuple[re.Pattern[str], ...] = ()
     rails: tuple[tuple[str, int], ...] = ()  # (HCA, the GPU index the spec pairs it with)
     nvswitch: bool = False  # an NVSwitch board: CUDA needs nvidia-fabricmanager running
-
-
-def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
-    spec = loaded.spec
-    profile = spec.hardware[node.hardware]
-    gpu = GPU_MODELS[profile.gpu.model]
-    allowlist_file = spec.burnin.kernel_log_allowlist
-    if allowlist_file is not None and not allowlist_file.is_absolute():
-        allowlist_file = loaded.path.parent / allowlist_file
-    limits = effective_thresholds(profile, spec.fabric, spec.burnin.thresholds)
-    return Expectations(
-        gpu_count=profile.gpu.count, gpu_model=gpu.name, driver=spec.software.gpu_driver,
-        gpu_pcie=(profile.pcie.gpu.gen, profile.pcie.gpu.width),
-        hca_pcie=(profile.pcie.hca.gen, profile.pcie.hca.width),
-        rail_hcas=tuple(hca for hca, _ in sorted(profile.rails.items(), key=lambda item: item[1])),
-        link_gbps=spec.fabric.link_gbps, nvlink_links=gpu.nvlink_links if profile.nvlink.present else 0,
-        gpudirect=spec.host.gpudirect, acs_disable=spec.host.pcie_acs.disable, acs_scope=spec.host.pcie_acs.scope,
-        thresholds={name: threshold.value for name, threshold in limits.items()},
-        uuid_blocklist=frozenset(uuid.upper() for uuid in spec.burnin.uuid_blocklist),
-        allowlist=tuple(kernel_allowlist.load(allowlist_file)),
-        rails=tuple(sorted(profile.rails.items(), key=lambda item: item[1])),
-        nvswitch=profile.nvlink.present and profile.nvlink.nvswitch,
-    )
 
 
 @dataclass

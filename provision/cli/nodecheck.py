@@ -6,7 +6,6 @@ check file"), as Slurm's HealthCheckProgram, prologs and monitoring systems expe
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -27,10 +26,5 @@ def node_check_command(path: Path, drain: bool, timeout_s: float, as_json: bool)
     """Check this node now: GPUs, driver, ECC, row remaps, Xids, kernel log, PCIe links, peermem, ACS, IB ports,
     NVLink, throttling, disks. For Slurm: HealthCheckProgram or a prolog, with --drain."""
     check = node_check.run(path, timeout_s=timeout_s, drain=drain)
-    if as_json:
-        sys.stdout.write(json.dumps({"node": check.node, "status": check.status, "summary": check.summary,
-                                     "drained": check.drained,
-                                     "results": [result.as_dict() for result in check.results]}, indent=2) + "\n")
-    else:
-        sys.stdout.write("\n".join(check.lines()) + "\n")
+    sys.stdout.write(node_check.report(check, as_json=as_json))
     return check.exit_code
