@@ -19,7 +19,8 @@ import yaml
 
 from provision.checks import preflight
 from provision.checks.outcome import Outcome
-from provision.connection import ConnectionModel, connection_model, parse_jump_host, refused_by_sudo
+from provision.connection import ConnectionModel, connection_model, parse_jump_host
+from provision.hostsession import refused_by_sudo
 from provision.observe import SshSession
 from provision.spec import load_spec
 from tests.conftest import EXAMPLES
@@ -258,3 +259,36 @@ def test_a_dropped_connection_is_tried_again_and_a_refused_one_is_not(monkeypatc
     with pytest.raises(EOFError):
         observe.open_connection(lost)
     assert lost.opened == observe.CONNECT_ATTEMPTS
+
+
+@needs_sshd
+def test_a_campaign_reuses_one_connection_per_host_and_replaces_a_lost_one(default_bastion) -> None:
+    """Every launch of every stage asks for the host's session; inside the campaign's pool they get one
+    connection, and one that died under a command is retired so the next launch connects afresh — a dead
+    connection is ours to replace, never the node's verdict."""
+    import threading
+
+    from provision.observe import SessionPool
+
+    servers, addresses = default_bastion
+    jump = f"{addresses['bastion']}:{servers.port}"
+    pool = SessionPool()
+
+    def opener() -> SshSession:
+        return SshSession("node", addresses["node"], _model(servers, jump, become=False))
+
+    try:
+        for _launch in range(5):
+            session = pool.get("node", opener)
+            assert session.run(["true"], 10).ok
+            session.close()  # a stage closing its session leaves the connection to the pool
+        assert pool.opened == 1
+        first = pool.get("node", opener)
+        transport = first.session.connection.client.get_transport()
+        threading.Timer(0.5, transport.close).start()  # the connection dies under a running command
+        lost = first.run(["sleep", "5"], 10)
+        assert lost.lost and not lost.ok and not lost.timed_out, lost
+        again = pool.get("node", opener)
+        assert again.run(["hostname"], 10).ok and pool.opened == 2
+    finally:
+        pool.close()

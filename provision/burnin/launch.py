@@ -30,6 +30,8 @@ from provision.spec.semantics import ResolvedNode
 from topology import hostlist
 
 AGENT_MARGIN_S = 30.0
+#: Launches of one test when our connection to a node dropped under its agent (the session opens anew).
+LAUNCH_ATTEMPTS = 2
 
 
 @dataclass
@@ -138,8 +140,12 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
             session.close()
         return run
 
-    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        runs = list(pool.map(one, enumerate(nodes)))
+    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+            runs = list(pool.map(one, enumerate(nodes)))
+        # a connection that dropped under an agent broke the whole world: ours, so the launch runs again
+        if not any(run.command is not None and run.command.lost for run in runs) or attempt == LAUNCH_ATTEMPTS:
+            break
     return LaunchResult(test, runs, nproc)
 
 

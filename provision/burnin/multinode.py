@@ -190,7 +190,10 @@ def lost_nodes(result: LaunchResult, *, check: str, doing: str, timeout_s: float
     one that stopped (named by :func:`stopped_ranks`; the others waited for it until the timeout), or a node where
     the test could not run at all. Empty when all finished."""
     lost: dict[str, list[CheckResult]] = {}
-    vanished = vanished_ranks(result)
+    # a node whose connection dropped under its agent (on every attempt) said nothing we could read: its ranks'
+    # silence is ours, not a rank that stopped or vanished
+    ours = {run.node for run in result.nodes if run.unfinished and run.command is not None and run.command.lost}
+    vanished = {rank: found for rank, found in vanished_ranks(result).items() if found[0] not in ours}
     said: dict[str, list[str]] = {}
     for rank, (host, status) in vanished.items():
         said.setdefault(host, []).append(f"rank {rank} ({host}, GPU {rank % result.nproc}) exited (status {status}) "
@@ -199,7 +202,7 @@ def lost_nodes(result: LaunchResult, *, check: str, doing: str, timeout_s: float
         lost[host] = [CheckResult(check, Outcome.FAILED, said[host][0], "read its stack dump and the kernel log (an "
                                   "OOM kill, a crash in the driver or in NCCL)",
                                   [*said[host], f"{when}: ranks gone without a word: {sorted(vanished)}"])]
-    stopped = {} if vanished else stopped_ranks(result)
+    stopped = {} if vanished else {rank: host for rank, host in stopped_ranks(result).items() if host not in ours}
     for rank, host in stopped.items():
         lost.setdefault(host, []).append(CheckResult(
             "watchdog", Outcome.FAILED, f"rank {rank} ({host}, GPU {rank % result.nproc}) stopped {doing}; the "
@@ -207,7 +210,12 @@ def lost_nodes(result: LaunchResult, *, check: str, doing: str, timeout_s: float
             "look at its stack dump and the kernel log; correlate with UFM link-down events",
             [f"{when}: ranks behind or killed: {sorted(stopped)}"]))
     for run in result.nodes:
-        if run.unfinished:
+        if run.unfinished and run.command is not None and run.command.lost:  # tried again already: still ours
+            lost.setdefault(run.node, []).append(CheckResult(
+                check, Outcome.UNKNOWN, f"the test could not be judged on {run.node}: {run.command.problem()}, "
+                "on every attempt", "check the controller's network path to the node (bastion, jump host) and "
+                "re-run the burn-in", run.stderr_tail(10)))
+        elif run.unfinished:
             lost.setdefault(run.node, []).append(CheckResult(
                 check, Outcome.FAILED, f"the test could not run on {run.node}: "
                 f"{run.connect_error or (run.command.problem() if run.command else 'no report')}",

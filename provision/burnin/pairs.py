@@ -169,7 +169,7 @@ class PairRunner:
         except Exception as error:
             return f"cannot reach the node: {type(error).__name__}: {error}"
         command = session.run(argv, ROUND_DEADLINE_S + SESSION_MARGIN_S)
-        if command.rc == 255 and not command.stdout:  # the connection itself failed: the next round opens anew
+        if command.lost:  # the connection itself failed: the next round opens anew
             with contextlib.suppress(Exception):
                 self.sessions.pop(host).close()
         records = [record for record in parse(command.stdout) if record.get("type") == "perftest"]

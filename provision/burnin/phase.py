@@ -21,7 +21,7 @@ import contextlib
 import json
 from collections.abc import Callable, Sequence
 
-from provision import slurm
+from provision import observe, slurm
 from provision.burnin import multinode, pairs, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import check_runtimes, run_preflight
@@ -138,7 +138,8 @@ class BurninPhase:
             return PhaseReport(self.name, "no node to burn in", {"skipped": skipped})
         window = (slurm.burnin_window(loaded, store, run.id, [node.name for node in taken])
                   if loaded.spec.burnin.launcher == "slurm" else contextlib.nullcontext())
-        with window:
+        # one SSH connection per host for every stage of the campaign (observe.shared_sessions)
+        with window, observe.shared_sessions(store.state_dir):
             return self._stages(context, taken, skipped, stages)
 
     def _stages(self, context: PhaseContext, taken: list[ResolvedNode], skipped: dict[str, str],
