@@ -56,11 +56,13 @@ class PlaybookResult:
 
 def settings(work: Path) -> dict[str, str]:
     """The Ansible environment every run gets: its own scratch under ``work``, pipelining, host keys checked,
-    and this interpreter's ``ansible-playbook`` first on PATH."""
+    dropped connections retried, and this interpreter's ``ansible-playbook`` first on PATH."""
     return {
         "ANSIBLE_HOME": str(work / "home"), "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp"), "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        # a connection sshd dropped (a bastion's MaxStartups, a restart) is ours: ssh's exit 255 tried again
+        "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_NOCOLOR": "True", "ANSIBLE_DEPRECATION_WARNINGS": "False",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }

@@ -9,11 +9,23 @@ command through ``sudo``: non-interactively (``sudo -n``), or with the spec's be
 
 from __future__ import annotations
 
+import contextlib
+import random
+import subprocess
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provision.spec import LoadedSpec
+
+#: Where the jump host's master connection listens (ssh expands ``~``; %C keeps the path short and per host).
+JUMP_CONTROL_DIR = "~/.ssh/provision"
+#: How long an idle master outlives its last client: a controller killed mid-play leaves it at most this long.
+JUMP_PERSIST_S = 60
+#: Tries at opening the master (a bastion's MaxStartups drops handshakes at random), with backoff.
+JUMP_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -45,18 +57,32 @@ class ConnectionModel:
     timeout_s: int
 
     def ssh_args(self) -> str:
-        """``ansible_ssh_common_args``: host keys checked against the spec's known_hosts, the jump host."""
+        """``ansible_ssh_common_args``: host keys checked against the spec's known_hosts, the jump host — reached
+        through the one master connection to it (:func:`jump_master`) when one is open, so Ansible's forks cost
+        the bastion no handshake each (its MaxStartups drops them past ten at once by default)."""
         options = ["-o StrictHostKeyChecking=yes"]
         if self.known_hosts:
             options.append(f"-o UserKnownHostsFile={self.known_hosts}")
         if self.jump:
-            # the jump host's key is checked against the same known_hosts
-            proxy = (f"ssh -W %h:%p -p {self.jump.port} -o StrictHostKeyChecking=yes"
-                     + (f" -o UserKnownHostsFile={self.known_hosts}" if self.known_hosts else "")
-                     + (f" -i {self.key_file}" if self.key_file else "")
-                     + f" {self.jump.user + '@' if self.jump.user else self.user + '@'}{self.jump.host}")
+            # ssh expands %-tokens in a ProxyCommand: %%C reaches the jump's ssh as its own %C
+            proxy = " ".join(["ssh", "-W", "%h:%p", *self.jump_options(token="%%C"), self.jump_destination()])
             options.append(f"-o ProxyCommand='{proxy}'")
         return " ".join(options)
+
+    def jump_destination(self) -> str:
+        assert self.jump is not None
+        return f"{self.jump.user or self.user}@{self.jump.host}"
+
+    def jump_options(self, *, token: str = "%C") -> list[str]:
+        """ssh's options for the jump host: its port, its key checked against the same known_hosts, our key,
+        and the control socket its master connection listens on (``ControlMaster=auto``: a client when the
+        master is up, a connection of its own when not)."""
+        assert self.jump is not None
+        return ["-p", str(self.jump.port), "-o", "StrictHostKeyChecking=yes",
+                *(["-o", f"UserKnownHostsFile={self.known_hosts}"] if self.known_hosts else []),
+                *(["-i", str(self.key_file)] if self.key_file else []),
+                "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.timeout_s}",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={JUMP_CONTROL_DIR}/jump-{token}"]
 
     def ansible_vars(self, address: str) -> dict[str, Any]:
         variables: dict[str, Any] = {"ansible_host": address, "ansible_connection": "ssh",
@@ -85,3 +111,32 @@ def connection_model(loaded: LoadedSpec) -> ConnectionModel:
         become=connection.become, timeout_s=connection.timeout_s)
 
 
+@contextlib.contextmanager
+def jump_master(model: ConnectionModel) -> Iterator[bool]:
+    """One master connection to the jump host for a play: every host's ProxyCommand (``ControlMaster=auto``)
+    becomes a channel of it, not a handshake of its own at the bastion. Opened before the play, tried again if
+    the bastion drops it, closed after; if it cannot be opened the play still runs, each ProxyCommand then
+    connecting by itself (and Ansible retrying a dropped one). Yields whether the master is up."""
+    if model.jump is None:
+        yield False
+        return
+    Path(JUMP_CONTROL_DIR).expanduser().mkdir(mode=0o700, parents=True, exist_ok=True)
+    options, destination = model.jump_options(), model.jump_destination()
+    up = False
+    for attempt in range(1, JUMP_ATTEMPTS + 1):
+        try:
+            opened = subprocess.run(["ssh", *options, "-o", f"ControlPersist={JUMP_PERSIST_S}", "-M", "-N", "-f",
+                                     destination], capture_output=True, text=True, timeout=model.timeout_s + 10,
+                                    stdin=subprocess.DEVNULL)
+            up = opened.returncode == 0
+        except subprocess.TimeoutExpired:
+            up = False
+        if up or attempt == JUMP_ATTEMPTS:
+            break
+        time.sleep(0.5 * 2 ** (attempt - 1) * (1 + random.random()))
+    try:
+        yield up
+    finally:
+        if up:
+            subprocess.run(["ssh", *options, "-O", "exit", destination], capture_output=True, timeout=30,
+                           stdin=subprocess.DEVNULL)

@@ -47,9 +47,10 @@ _DROPPED = ("Error reading SSH protocol banner", "Connection reset", "EOF", "Una
             "Connection refused", "Broken pipe", "SSH session not active")  # a silent host's timeout is not retried
 
 
-def open_connection(connection: Any) -> None:
+def open_connection(connection: Any, *, keep_gateway: bool = False) -> None:
     """Open ``connection`` (and its jump host's) within :data:`HANDSHAKES_AT_ONCE` and :data:`CONNECT_ATTEMPTS`:
-    a drop is retried after a growing, jittered pause; a refused key or host key fails at once."""
+    a drop is retried after a growing, jittered pause; a refused key or host key fails at once. ``keep_gateway``:
+    the jump connection is shared, so a failed attempt leaves it open."""
     for attempt in range(1, CONNECT_ATTEMPTS + 1):
         try:
             with _HANDSHAKES:
@@ -60,7 +61,7 @@ def open_connection(connection: Any) -> None:
             if attempt == CONNECT_ATTEMPTS or not any(mark.lower() in said.lower() for mark in _DROPPED):
                 raise
             with contextlib.suppress(Exception):
-                close_connection(connection)
+                connection.close() if keep_gateway else close_connection(connection)
             time.sleep(CONNECT_BACKOFF_S * 2 ** (attempt - 1) * (1 + random.random()))
 
 
@@ -74,17 +75,23 @@ class SshSession:
     """
 
     def __init__(self, host: str, address: str, model: ConnectionModel, *, root: str = "/",
-                 environment: Mapping[str, str] | None = None, become_password: str | None = None) -> None:
+                 environment: Mapping[str, str] | None = None, become_password: str | None = None,
+                 gateway: Any = None) -> None:
+        """``gateway``: an open connection to the jump host shared with other sessions (a campaign's pool), which
+        this session then tunnels through and leaves open; without it the session has a jump connection of its
+        own."""
         self.host = host
         self.user = model.user
         self.root = root.rstrip("/")
         self.environment = dict(environment or {})
         self.become_password = become_password
         self.become_enabled = model.become
-        gateway = _connection(model.jump.host, model.jump.user or model.user, model.jump.port, model) \
-            if model.jump else None
+        self.owns_gateway = gateway is None
+        if gateway is None and model.jump:
+            gateway = jump_connection(model)
         self.connection = _connection(address, model.user, model.port, model, gateway=gateway)
-        open_connection(self.connection)  # now, once: the checks then share it from several threads
+        # now, once: the checks then share it from several threads
+        open_connection(self.connection, keep_gateway=not self.owns_gateway)
 
     def run(self, argv: Sequence[str], timeout_s: float, *, become: bool = False) -> CommandResult:
         started = time.monotonic()
@@ -132,7 +139,16 @@ class SshSession:
                 if not name.startswith("*")}
 
     def close(self) -> None:
-        close_connection(self.connection)
+        if self.owns_gateway:
+            close_connection(self.connection)
+        else:
+            self.connection.close()
+
+
+def jump_connection(model: ConnectionModel) -> Any:
+    """A connection to the spec's jump host (not opened yet)."""
+    assert model.jump is not None
+    return _connection(model.jump.host, model.jump.user or model.user, model.jump.port, model)
 
 
 def close_connection(connection: Any) -> None:
@@ -171,7 +187,32 @@ class SessionPool:
         self._sessions: dict[str, HostSession] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._gateway_lock = threading.Lock()
+        self._gateways: dict[tuple[str, int, str], Any] = {}
         self.opened = 0  # connections opened, reopenings included
+        self.gateways_opened = 0
+
+    def gateway(self, model: ConnectionModel) -> Any:
+        """The campaign's one connection to the jump host: every node's session is a channel through it, so the
+        bastion sees one handshake for the whole delivery instead of one per node (sshd's MaxSessions does not
+        count tunnelled channels). Opened (again, if it dropped) under the handshake bound and its retries."""
+        assert model.jump is not None
+        key = (model.jump.host, model.jump.port, model.jump.user or model.user)
+        with self._gateway_lock:
+            gateway = self._gateways.get(key)
+            if gateway is None or not gateway.is_connected:
+                gateway = jump_connection(model)
+                open_connection(gateway)
+                lock, opened = threading.Lock(), gateway.open
+
+                def open_once() -> None:  # nodes' connections open it too (fabric): one at a time, no-op if open
+                    with lock:
+                        opened()
+
+                gateway.open = open_once
+                self._gateways[key] = gateway
+                self.gateways_opened += 1
+        return gateway
 
     def get(self, host: str, opener: Callable[[], HostSession]) -> HostSession:
         with self._guard:
@@ -199,6 +240,11 @@ class SessionPool:
         for session in sessions:
             with contextlib.suppress(Exception):
                 session.close()
+        with self._gateway_lock:
+            gateways, self._gateways = list(self._gateways.values()), {}
+        for gateway in gateways:
+            with contextlib.suppress(Exception):
+                gateway.close()
 
 
 class _Pooled:
@@ -256,11 +302,11 @@ def open_session(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, *,
         pool = _POOLS.get(str(state_dir.resolve()))
     if pool is None or variables.get("ansible_connection") == "local" or become_password is not None:
         return _open_session(loaded, node, state_dir, variables, become_password=become_password)
-    return pool.get(node.name, lambda: _open_session(loaded, node, state_dir, variables))
+    return pool.get(node.name, lambda: _open_session(loaded, node, state_dir, variables, pool=pool))
 
 
 def _open_session(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, variables: dict[str, Any], *,
-                  become_password: str | None = None) -> HostSession:
+                  become_password: str | None = None, pool: SessionPool | None = None) -> HostSession:
     root, environment = variables.get("hw_root") or "/", variables.get("provision_environment")
     if variables.get("ansible_connection") == "local":
         return LocalSession(node.name, Path(root), environment)
@@ -268,5 +314,7 @@ def _open_session(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, varia
     if become_password is None and connection.become and connection.become_password is not None:
         become_password = resolve_secret(connection.become_password, what="connection.become_password",
                                          spec_dir=loaded.path.parent)  # at the moment of use, never kept
-    return SshSession(node.name, node.address, connection_model(loaded), root=root, environment=environment,
-                      become_password=become_password)
+    model = connection_model(loaded)
+    gateway = pool.gateway(model) if pool is not None and model.jump else None
+    return SshSession(node.name, node.address, model, root=root, environment=environment,
+                      become_password=become_password, gateway=gateway)

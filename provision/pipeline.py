@@ -17,6 +17,7 @@ from pathlib import Path
 
 from provision import ansible, inventory, node_check_file, recovery, runtime
 from provision.burnin.phase import BurninPhase
+from provision.connection import connection_model, jump_master
 from provision.errors import UsageProblem
 from provision.phases import Phase, PhaseContext, PhaseReport, SystemicFailure
 from provision.run_context import SpecIdentity, mutating_run
@@ -154,9 +155,10 @@ class ProvisionPhase:
         with tempfile.TemporaryDirectory() as scratch:
             path = inventory.write(loaded, state_dir, Path(scratch) / "inventory.yml")
             checks = node_check_file.write_check_files(loaded, Path(scratch) / "node-check")
-            result = ansible.run_playbook(path, hosts, check=True, forks=forks,
-                                          extravars={"node_check_dir": str(checks),
-                                                     **runtime_wheel(loaded, Path(scratch) / "runtime")})
+            with jump_master(connection_model(loaded)):
+                result = ansible.run_playbook(path, hosts, check=True, forks=forks,
+                                              extravars={"node_check_dir": str(checks),
+                                                         **runtime_wheel(loaded, Path(scratch) / "runtime")})
         changes = {host: outcome.changes for host, outcome in result.hosts.items() if outcome.changes}
         failures = {host: f"{outcome.failed_task}: {outcome.message}" for host, outcome in result.hosts.items()
                     if not outcome.succeeded}
@@ -178,11 +180,12 @@ class ProvisionPhase:
         wheel = runtime_wheel(context.loaded, context.run.path / "runtime")
 
         def play(on: list[str]) -> ansible.PlaybookResult:
-            return ansible.run_playbook(path, on, forks=context.forks,
-                                        extravars={**budget, "node_check_dir": str(checks), **wheel,
-                                                   **context.secrets},
-                                        on_task=lambda host, task, outcome: context.run.event(
-                                            "task", host=host, task=task, outcome=outcome))
+            with jump_master(connection_model(context.loaded)):  # the forks through one bastion connection
+                return ansible.run_playbook(path, on, forks=context.forks,
+                                            extravars={**budget, "node_check_dir": str(checks), **wheel,
+                                                       **context.secrets},
+                                            on_task=lambda host, task, outcome: context.run.event(
+                                                "task", host=host, task=task, outcome=outcome))
 
         result = play(hosts)
         if result.status in ("canceled", "timeout"):

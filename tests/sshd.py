@@ -56,6 +56,8 @@ class LoopbackSshd:
     port: int = 0
     known: list[str] = field(default_factory=list)
     max_startups: str | None = None  # None: sshd's default, as a bastion has it
+    #: Hosts whose sshd logs every accepted login to ``sshd_<host>.log`` (see :meth:`logins`).
+    logged: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         ensure_user()
@@ -86,11 +88,17 @@ class LoopbackSshd:
             f"AuthorizedKeysFile {self.work / 'authorized_keys'}", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "PidFile none",
             *([f"MaxStartups {self.max_startups}"] if self.max_startups else []),  # else sshd's 10:30:100
-            f"AllowUsers {USER}", "LogLevel ERROR"]) + "\n")
+            f"AllowUsers {USER}", f"LogLevel {'INFO' if host in self.logged else 'ERROR'}"]) + "\n")
         kind, public, *_ = (self.work / f"host_{host}.pub").read_text().split(" ")
         self.known.append(f"[{address}]:{self.port} {kind} {public}")
         self.known_hosts.write_text("\n".join(self.known) + "\n")
-        return [SSHD, "-D", "-e", "-f", str(config)]
+        log = ["-E", str(self.work / f"sshd_{host}.log")] if host in self.logged else ["-e"]
+        return [SSHD, "-D", *log, "-f", str(config)]
+
+    def logins(self, host: str) -> int:
+        """Logins ``host``'s sshd accepted so far (a handshake each): the load a bastion sees from us."""
+        path = self.work / f"sshd_{host}.log"
+        return path.read_text().count("Accepted publickey") if path.exists() else 0
 
     def connection(self, *, forks: int, become_password_env: str | None = None) -> dict[str, object]:
         """The spec's ``connection:`` section for these hosts: root through sudo with the password the variable

@@ -67,8 +67,11 @@ def test_paths_take_tilde_and_the_spec_folder(tmp_path: Path, monkeypatch: pytes
     assert variables["ansible_ssh_private_key_file"] == str(model.key_file)
     assert variables["ansible_become"] is True and variables["ansible_become_method"] == "sudo"
     # the jump host's key is checked against the same known_hosts, with the same key
+    # through the play's one master connection to the jump host (%%C: ssh's own token, passed on to the jump's ssh)
     assert (f"-o ProxyCommand='ssh -W %h:%p -p 2222 -o StrictHostKeyChecking=yes -o UserKnownHostsFile="
-            f"{model.known_hosts} -i {model.key_file} ops@bastion.example'") in variables["ansible_ssh_common_args"]
+            f"{model.known_hosts} -i {model.key_file} -o BatchMode=yes -o ConnectTimeout={model.timeout_s} "
+            "-o ControlMaster=auto -o ControlPath=~/.ssh/provision/jump-%%C ops@bastion.example'"
+            ) in variables["ansible_ssh_common_args"]
 
 
 @pytest.fixture(scope="module")
@@ -292,3 +295,57 @@ def test_a_campaign_reuses_one_connection_per_host_and_replaces_a_lost_one(defau
         assert again.run(["hostname"], 10).ok and pool.opened == 2
     finally:
         pool.close()
+
+
+@needs_sshd
+def test_a_campaign_reaches_every_node_through_one_connection_to_the_bastion(default_bastion) -> None:
+    """Five hosts' sessions in one pool tunnel through one connection to the jump host: the bastion holds one TCP
+    connection from the controller, not five (its MaxStartups sees one handshake for the whole delivery)."""
+    from provision.observe import SessionPool
+
+    servers, addresses = default_bastion
+    model = _model(servers, f"{addresses['bastion']}:{servers.port}", become=False)
+    pool = SessionPool()
+    try:
+        sessions = [pool.get(f"host{index}", lambda: SshSession("node", addresses["node"], model,
+                                                                 gateway=pool.gateway(model)))
+                    for index in range(5)]
+        assert all(session.run(["true"], 10).ok for session in sessions)
+        established = subprocess.run(["ss", "-Htn", "state", "established", "dst",
+                                      f"{addresses['bastion']}:{servers.port}"], capture_output=True, text=True,
+                                     timeout=10).stdout.splitlines()
+        assert (len(established), pool.opened, pool.gateways_opened) == (1, 5, 1), established
+        sessions[0].session.close()  # one host closed for good: the tunnel of the others stays
+        assert sessions[1].run(["true"], 10).ok
+    finally:
+        pool.close()
+
+
+@needs_sshd
+def test_a_plays_forks_reach_the_nodes_through_one_master_at_the_bastion(default_bastion) -> None:
+    """Ansible's forks each start ``ssh`` with the spec's ProxyCommand: with the play's master connection up they
+    are its channels, and the bastion (at sshd's default MaxStartups) holds one connection from the controller
+    however many forks run at once; after the play the master is gone."""
+    import shlex
+    import time
+
+    from provision.connection import jump_master
+
+    servers, addresses = default_bastion
+    model = _model(servers, f"{addresses['bastion']}:{servers.port}", become=False)
+    node = ["ssh", *shlex.split(model.ssh_args()), "-i", str(servers.client_key), "-o", "BatchMode=yes",
+            "-p", str(servers.port), f"{USER}@{addresses['node']}"]
+    with jump_master(model) as up:
+        assert up
+        forks = [subprocess.Popen([*node, "sleep", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(6)]
+        time.sleep(1.0)
+        established = subprocess.run(["ss", "-Htn", "state", "established", "dst",
+                                      f"{addresses['bastion']}:{servers.port}"], capture_output=True, text=True,
+                                     timeout=10).stdout.splitlines()
+        outcomes = [fork.wait(timeout=30) for fork in forks]
+        assert outcomes == [0] * 6, [fork.stderr.read() for fork in forks]  # type: ignore[union-attr]
+        assert len(established) == 1, established
+    checked = subprocess.run(["ssh", *model.jump_options(), "-O", "check", model.jump_destination()],
+                             capture_output=True, text=True, timeout=10)
+    assert checked.returncode != 0  # the master left with the play

@@ -90,7 +90,7 @@ def delivery():
     work = Path(tempfile.mkdtemp(prefix="provision-ns-", dir="/tmp"))
     daemons: list[subprocess.Popen[bytes]] = []
     try:
-        servers = LoopbackSshd(work, {"bastion": BASTION, **ADDRESSES})
+        servers = LoopbackSshd(work, {"bastion": BASTION, **ADDRESSES}, logged=("bastion",))
         spec = shrink_to_four_gpus(write_spec(work, FAULTS, hosts="sim[01-04]", seed=3,
                                               admission={"max_failure_percent": {"provision": 50, "burnin": 50}}))
         data = yaml.safe_load(spec.read_text())
@@ -179,9 +179,12 @@ def test_a_logged_in_user_sees_the_host_at_the_real_paths(delivery) -> None:
 
 def test_provisioning_converges_the_hosts_and_installs_the_runtime(delivery) -> None:
     spec, state, servers = delivery
+    before = servers.logins("bastion")
     result = run_cli("apply", "--json", str(spec), "--phases", "register,provision", timeout=900,
                      env={BECOME: PASSWORD})
     assert result.returncode == 1, result.stdout + result.stderr  # sim03 cannot register nvidia-peermem
+    # the play's forks go through its one master connection to the bastion, not a login each
+    assert servers.logins("bastion") - before == 1
     record = Path(json.loads(result.stdout)["run_dir"])
     host_vars = yaml.safe_load((record / "inventory.yml").read_text().split("\n", 1)[1])["all"]["hosts"]
     assert not {"hw_root", "provision_environment"} & set(host_vars["sim01"]), "no prefix in this presentation"
@@ -238,11 +241,15 @@ def test_with_sudo_refused_the_root_checks_are_unknown_and_nobody_is_admitted(de
 
 
 def test_with_sudo_apply_runs_every_stage_and_each_fault_is_caught_at_its_stage(delivery) -> None:
-    spec, _state, _servers = delivery
+    spec, _state, servers = delivery
+    before = servers.logins("bastion")
     # provisioning (sim03 again: a quarantined host is retried, and fails the same way), then the burn-in
     result = run_cli("apply", str(spec), "--json", "--phases", "register,provision,burnin", timeout=900,
                      env={BECOME: PASSWORD})
     assert result.returncode == 1, result.stdout + result.stderr
+    # one login for the play's master, one for the campaign's tunnel: every probe, launch and pair round of
+    # every stage on every node went through those two
+    assert servers.logins("bastion") - before == 2
     payload = json.loads(result.stdout)
     status = json.loads(run_cli("status", "--json", str(spec)).stdout)
     nodes = {row["name"]: row for row in status["nodes"]}
