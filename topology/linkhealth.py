@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from topology.carrier import CarrierEvent
 from topology.counters import THRESHOLDS, CounterDelta
 from topology.model import HCA, Cable, Fabric, Port
-from topology.ufm_events import EventLog
+from topology.ufm_events import EventLog, PortEvent, label_ports
 
 CLASSES = ("down", "flapping", "erroring", "degraded", "healthy")
 _DELTA = re.compile(r"delta is (\d+)")
@@ -93,22 +93,58 @@ class Evidence:
     serials: dict[Cable, str] = field(default_factory=dict)
 
 
+#: Rates of switch generations whose cages carry one port each (unless split, which more than 40 ports show).
+UNSPLIT_RATES = frozenset({"HDR", "EDR", "FDR", "QDR"})
+UNSPLIT_MAX_PORTS = 40
+
+
+def resolve_label(fabric: Fabric, device: str, label: str) -> int | None:
+    """The port a UFM label names on ``device``, by the switch's generation as the fabric describes it: its port
+    count when the model has one (``ports``), else its cables — HDR and older carry one port a cage unless a
+    port above 40 shows the switch split; NDR and unknown switches are split. None when the label names no port
+    the switch can have (reported with its line, never guessed)."""
+    unsplit, split = label_ports(label)
+    if unsplit is None or split is None or unsplit == split:
+        return unsplit if split is None else split
+    if device not in fabric.graph:
+        return split
+    ports = fabric.graph.nodes[device].get("ports")
+    cabled = fabric.ports_of(device)
+    rates = {cable.rate for port in cabled if (cable := fabric.cable_at((device, port))) is not None}
+    if ports:
+        chosen = split if ports > UNSPLIT_MAX_PORTS else unsplit
+        return chosen if chosen <= ports else None
+    if rates and rates <= UNSPLIT_RATES and max(cabled, default=0) <= UNSPLIT_MAX_PORTS:
+        return unsplit
+    return split
+
+
+def _event_port(fabric: Fabric, event: PortEvent, device: str) -> int | None:
+    return event.port if event.explicit or not event.label else resolve_label(fabric, device, event.label)
+
+
 def add_event_log(evidence: Evidence, fabric: Fabric, log: EventLog) -> None:
-    """UFM port events onto cables; a port the model lacks is unmatched, never guessed."""
+    """UFM port events onto cables; a port the model lacks is unmatched, never guessed. A line's own port
+    number for the reporting end is used first; its label is read by the switch's generation."""
     for event in log.events:
-        cable = fabric.cable_at((event.device, event.port))
+        port = _event_port(fabric, event, event.device)
+        cable = fabric.cable_at((event.device, port)) if port is not None else None
         if cable is None and event.peer is not None:
             cable = fabric.cable_at(event.peer)
         if cable is None:  # a plan's fabric is named in lower case; UFM writes names as the switches report them
-            cable = fabric.cable_at((event.device.lower(), event.port))
+            port = _event_port(fabric, event, event.device.lower())
+            cable = fabric.cable_at((event.device.lower(), port)) if port is not None else None
         if cable is None:
-            evidence.unmatched.append(Unmatched("ufm", f"{event.device}/{event.port}", event.line))
+            where = (f"{event.device}/{port}" if port is not None
+                     else f"{event.device} {event.label}: a port the switch does not have")
+            evidence.unmatched.append(Unmatched("ufm", where, event.line))
             continue
         weight = 1
         if event.code == 112:
             found = _DELTA.search(event.line)
             weight = max(1, int(found.group(1))) if found else 1
-        evidence.observations.append(Observation(event.time, cable, event.kind, "ufm", (event.device, event.port),
+        evidence.observations.append(Observation(event.time, cable, event.kind, "ufm",
+                                                 (event.device, port if port is not None else event.port),
                                                  event.line, weight, f"ufm {event.code}"))
         if event.serial:
             evidence.serials[cable] = event.serial

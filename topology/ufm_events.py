@@ -69,6 +69,11 @@ class PortEvent:
     peer: tuple[str, int] | None  # the far end when the message names it (329)
     serial: str  # cable S/N when the message gives it
     line: str
+    #: The reporting end's port as UFM labels it (``1/36/1``): its number depends on the switch's generation
+    #: (:func:`label_ports`), so it is resolved against the fabric unless the line gave the number itself.
+    label: str = ""
+    #: ``port`` is the line's own number for the reporting end (a link-down's ``<guid>:36``), not read from the label.
+    explicit: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,27 @@ def flat_port(path: str) -> int | None:
     return numbers[0] if len(numbers) == 1 else None
 
 
+def label_ports(label: str) -> tuple[int | None, int | None]:
+    """The port a UFM label names on an unsplit switch and on a split one: ``(unsplit, split)``.
+
+    An unsplit cage is one port (HDR's MQM8700 and the MCS8500's ASICs, 40 a switch: ``1/36/1`` is
+    port 36); a split cage is two (NDR's two-port OSFP cages, HDR100 split: ``1/18/2`` is port 36). Which one a
+    label means is the switch's, not the label's: see :func:`topology.linkhealth.resolve_label`."""
+    parts = label.strip().split("/")
+    if len(parts) == 3:
+        parts = parts[1:]
+    try:
+        numbers = [int(part) for part in parts]
+    except ValueError:
+        return None, None
+    if len(numbers) == 1:
+        return numbers[0], numbers[0]
+    if len(numbers) != 2:
+        return None, None
+    cage, sub = numbers
+    return (cage if sub == 1 else None), (2 * cage - 2 + sub if sub in (1, 2) else None)
+
+
 def ufm_port_path(port: int) -> str:
     """The inverse of ``flat_port``: how UFM writes a flat port number."""
     return f"1/{(port + 1) // 2}/{1 if port % 2 else 2}"
@@ -161,6 +187,8 @@ def parse_event_log(text: str, timezone: str = "UTC") -> EventLog:
         if parsed is None:
             parsed = descriptions[description] = parse_description(description)
         kind, device, port = parsed
+        label = description.rsplit(" / ", 1)[-1].strip() if description.count(" / ") >= 2 else ""
+        explicit = False
         code = int(code_text)
         if code in REBOOTS:
             log.reboots.append(DeviceEvent(when, device, REBOOTS[code][1], line))
@@ -175,12 +203,15 @@ def parse_event_log(text: str, timezone: str = "UTC") -> EventLog:
             ends = [(found.group(2), int(found.group(4))), (found.group(6), int(found.group(8)))]
             mine = [end for end in ends if end[0] == device]
             peer = next((end for end in ends if end[0] != device), ends[1]) if mine else ends[1]
-            port = port if port is not None else (mine[0][1] if mine else ends[0][1])
+            # the line's own number for the reporting end first: its label's meaning depends on the switch
+            explicit = bool(mine) or port is None
+            port = mine[0][1] if mine else (port if port is not None else ends[0][1])
             serial = found.group(9) or ""
         elif old:  # UFM 5.x: the object is "Source ... TO Dest", the switch end is in the message
             first_switch = old.group(1) == "Switch" or old.group(4) != "Switch"
             near, far = (old.group(2, 3), old.group(5, 6)) if first_switch else (old.group(5, 6), old.group(2, 3))
             device, port, peer = near[0], int(near[1]), (far[0], int(far[1]))
+            explicit, label = True, ""
         elif code == 702 and "MANUAL" in message:
             continue  # an operator's manual isolation, not a flap
         if port is None:
@@ -188,7 +219,7 @@ def parse_event_log(text: str, timezone: str = "UTC") -> EventLog:
             if len(log.malformed_samples) < SAMPLES:
                 log.malformed_samples.append(line)
             continue
-        log.events.append(PortEvent(when, code, ACTED[code][0], device, port, peer, serial, line))
+        log.events.append(PortEvent(when, code, ACTED[code][0], device, port, peer, serial, line, label, explicit))
     well_formed = _WELL_FORMED.findall(text)
     odd = _MALFORMED.findall(text)
     log.lines = len(well_formed) + len(odd)
