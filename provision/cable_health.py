@@ -182,6 +182,17 @@ def guid_names(discovery: ibnetdiscover.Discovery) -> tuple[dict[str, str], dict
     return by_guid, by_name
 
 
+def add_port_counts(fabric: Fabric, discovery: ibnetdiscover.Discovery) -> None:
+    """Each switch's external ports, as the dump gives them (its header counts port 0, the switch itself), on
+    the fabric's node: how many ports a cage carries follows (:func:`topology.linkhealth.resolve_label`)."""
+    for node in discovery.nodes.values():
+        name = cabling.node_device(node)
+        if node.kind == "switch" and node.ports > 1:
+            for known in (name, name.lower()):
+                if known in fabric.graph:
+                    fabric.graph.nodes[known]["ports"] = node.ports - 1
+
+
 def add_port_states(evidence: linkhealth.Evidence, view: FabricView, discovery: ibnetdiscover.Discovery,
                     path: Path) -> None:
     """The dump's view as of its file time: designed cables it shows down or cannot see at all, and
@@ -209,6 +220,13 @@ def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[
     ingestion: dict[str, Any] = {}
     fabric = view.fabric
     zone = view.link_health.ufm_timezone
+    names: dict[str, str] = {}
+    guids: dict[str, str] = {}
+    if inputs.observed is not None:  # first: its switches' port counts say how UFM's labels read
+        discovery = parse_observed(_read(inputs.observed), inputs.observed)
+        names, guids = guid_names(discovery)
+        add_port_counts(fabric, discovery)
+        add_port_states(evidence, view, discovery, inputs.observed)
     for path in inputs.events:
         log = ufm_events.parse_event_log(_read(path), zone)
         linkhealth.add_event_log(evidence, fabric, log)
@@ -227,12 +245,6 @@ def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[
         for path, found in carrier_logs.items():
             linkhealth.add_carrier(evidence, fabric, found, hca_resolver(view, mapping))
             ingestion[str(path)] = {"carrier_events": len(found)}
-    names: dict[str, str] = {}
-    guids: dict[str, str] = {}
-    if inputs.observed is not None:
-        discovery = parse_observed(_read(inputs.observed), inputs.observed)
-        names, guids = guid_names(discovery)
-        add_port_states(evidence, view, discovery, inputs.observed)
     snapshots: list[tuple[float, dict[Port, dict[str, int]]]] = []
     for path in inputs.counters:
         if path.is_file():  # an ibdiagnet db_csv: its CABLE_INFO also names the cables' serials

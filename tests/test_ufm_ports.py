@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from provision.cable_health import add_port_counts
+from tests.conftest import SHARED_FIXTURES
+from topology.cabling import node_device
+from topology.ibnetdiscover import parse
 from topology.linkhealth import Evidence, add_event_log, resolve_label
 from topology.model import HCA, LEAF, SPINE, Cable, Fabric
 from topology.ufm_events import label_ports, parse_event_log
@@ -72,3 +76,22 @@ def test_a_label_naming_no_port_of_the_switch_is_reported_with_its_line() -> Non
                                             "FLAPPING.")
     found, unmatched = _matched(fabric, line)
     assert found == [] and unmatched == ["hdr-leaf 1/41/1: a port the switch does not have"]
+
+
+@pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="the real-output fixtures live in ../shared/fixtures")
+def test_the_director_dumps_hdr_switches_read_one_port_a_cage() -> None:
+    """The sat11 director fabric (UFM's NDT test data): MQM8700 leaves and MCS8500 ASICs, ``Switch41`` headers.
+    Given the dump, a leaf's ``1/36/1`` is its port 36, whatever the plan fabric's cables say of their rate."""
+    discovery = parse((SHARED_FIXTURES / "ufm_ndt/positive_flow_ibnetdiscover/ibnetdiscover_director.txt").read_text())
+    leaf = next(node for node in discovery.nodes.values() if node.kind == "switch" and "MQM8700" in node.asic)
+    asic = next(node for node in discovery.nodes.values() if node.kind == "switch" and "MCS8500" in node.asic)
+    fabric = Fabric()
+    for node in (leaf, asic):
+        fabric.add_node(node_device(node), LEAF, tier=1)
+        fabric.add_cable(Cable((node_device(node), 35), (f"peer-of-{node_device(node)}", 1), ""))  # a plan: no rate
+    assert resolve_label(fabric, node_device(leaf), "1/36/1") == 71  # no rate, no port count: read the NDR way
+    add_port_counts(fabric, discovery)
+    for node in (leaf, asic):
+        assert fabric.graph.nodes[node_device(node)]["ports"] == 40
+        assert resolve_label(fabric, node_device(node), "1/36/1") == 36
+        assert resolve_label(fabric, node_device(node), "1/41/1") is None
