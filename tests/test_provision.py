@@ -59,6 +59,10 @@ def test_converged_hosts_are_what_the_spec_says(provisioned) -> None:
         assert packages["nvidia-driver-535"].held and packages["doca-ofed"].held
         assert packages["cuda-toolkit-12-2"].held, "software.cuda: the toolkit is pinned and held"
         assert "nvidia-driver-550" not in packages
+        kernel = (host.root / "proc/sys/kernel/osrelease").read_text().strip()
+        assert packages[f"linux-image-{kernel}"].held, "the kernel the DKMS modules were built for is held"
+        blacklist = (host.root / "etc/apt/apt.conf.d/51provision-pinned").read_text()
+        assert all(f'"{pattern}";' in blacklist for pattern in ("linux-", "nvidia-", "doca-", "cuda-")), blacklist
         assert (host.root / "sys/kernel/mm/memory_peers/nv_mem/version").exists()
         assert (host.root / "etc/modules-load.d/nvidia-peermem.conf").read_text() == "nvidia-peermem\n"
         assert (host.root / "proc/sys/kernel/numa_balancing").read_text().strip() == "0"
