@@ -78,6 +78,9 @@ def test_settings_survive_a_reboot(provisioned) -> None:
     assert "nvidia_peermem" in parse_proc_modules((host.root / "proc/modules").read_text())
     assert (host.root / "sys/kernel/mm/memory_peers/nv_mem/version").exists()
     assert host.run("cat", str(host.root / "proc/swaps")).stdout.count("\n") == 1  # swap stays off
+    governors = {path.read_text().strip() for path in
+                 (host.root / "sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")}
+    assert governors == {"performance"}, "the boot starts every CPU at schedutil; the governor's unit sets it again"
     assert (host.root / "proc/sys/kernel/numa_balancing").read_text().strip() == "0"
 
 

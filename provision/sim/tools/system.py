@@ -305,6 +305,10 @@ def _swap_from_fstab(root: Path) -> str:
     return SWAPS_HEADER + "".join(f"{entry:<40}file\t\t8388604\t\t0\t\t-2\n" for entry in entries)
 
 
+#: The governor every CPU starts at (Ubuntu's kernels default to schedutil).
+BOOT_GOVERNOR = "schedutil"
+
+
 def reboot(root: Path, args: list[str]) -> int:
     """``reboot`` / ``shutdown -r``: the host comes back with only what was made persistent, unless it hangs on the
     way (the ``reboot_hang`` fault): then it stays down, its boot id unchanged, until its BMC powers it on."""
@@ -333,6 +337,8 @@ def power_on(root: Path) -> int:
     _restore_firmware_acs(root, state)
     replace_file(root / "proc" / "swaps", _swap_from_fstab(root))
     replace_file(root / "proc" / "sys" / "kernel" / "numa_balancing", _sysctl_numa(root))
+    for governor in (root / "sys" / "devices" / "system" / "cpu").glob("cpu[0-9]*/cpufreq/scaling_governor"):
+        replace_file(governor, BOOT_GOVERNOR + "\n")  # the kernel's default at boot: a sysfs write is gone
     persistent = []
     for path in sorted((root / "etc" / "modules-load.d").glob("*.conf")):
         persistent += [line.strip() for line in path.read_text().splitlines()
