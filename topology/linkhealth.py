@@ -98,41 +98,53 @@ UNSPLIT_RATES = frozenset({"HDR", "EDR", "FDR", "QDR"})
 UNSPLIT_MAX_PORTS = 40
 
 
-def resolve_label(fabric: Fabric, device: str, label: str) -> int | None:
-    """The port a UFM label names on ``device``, by the switch's generation as the fabric describes it: its port
-    count when the model has one (``ports``), else its cables — HDR and older carry one port a cage unless a
-    port above 40 shows the switch split; NDR and unknown switches are split. None when the label names no port
-    the switch can have (reported with its line, never guessed)."""
+def cage_layout(fabric: Fabric, device: str) -> tuple[bool, int | None]:
+    """Whether ``device``'s cages are split (two ports each), and its port count when the model has one
+    (``ports``): by that count, else by its cables — HDR and older carry one port a cage unless a port above 40
+    shows the switch split; NDR and unknown switches are split."""
+    if device not in fabric.graph:
+        return True, None
+    ports = fabric.graph.nodes[device].get("ports")
+    if ports:
+        return ports > UNSPLIT_MAX_PORTS, ports
+    cabled = fabric.ports_of(device)
+    rates = {cable.rate for port in cabled if (cable := fabric.cable_at((device, port))) is not None}
+    return not (rates and rates <= UNSPLIT_RATES and max(cabled, default=0) <= UNSPLIT_MAX_PORTS), None
+
+
+def resolve_label(fabric: Fabric, device: str, label: str,
+                  layout: tuple[bool, int | None] | None = None) -> int | None:
+    """The port a UFM label names on ``device``, by the switch's generation as the fabric describes it
+    (:func:`cage_layout`, or ``layout`` when the caller has it). None when the label names no port the switch can
+    have (reported with its line, never guessed)."""
     unsplit, split = label_ports(label)
     if unsplit is None or split is None or unsplit == split:
         return unsplit if split is None else split
-    if device not in fabric.graph:
-        return split
-    ports = fabric.graph.nodes[device].get("ports")
-    cabled = fabric.ports_of(device)
-    rates = {cable.rate for port in cabled if (cable := fabric.cable_at((device, port))) is not None}
-    if ports:
-        chosen = split if ports > UNSPLIT_MAX_PORTS else unsplit
-        return chosen if chosen <= ports else None
-    if rates and rates <= UNSPLIT_RATES and max(cabled, default=0) <= UNSPLIT_MAX_PORTS:
-        return unsplit
-    return split
-
-
-def _event_port(fabric: Fabric, event: PortEvent, device: str) -> int | None:
-    return event.port if event.explicit or not event.label else resolve_label(fabric, device, event.label)
+    is_split, ports = layout or cage_layout(fabric, device)
+    chosen = split if is_split else unsplit
+    return chosen if ports is None or chosen <= ports else None
 
 
 def add_event_log(evidence: Evidence, fabric: Fabric, log: EventLog) -> None:
     """UFM port events onto cables; a port the model lacks is unmatched, never guessed. A line's own port
-    number for the reporting end is used first; its label is read by the switch's generation."""
+    number for the reporting end is used first; its label is read by the switch's generation, worked out once
+    per switch (a log has a million lines and a few hundred switches)."""
+    layouts: dict[str, tuple[bool, int | None]] = {}
+
+    def event_port(event: PortEvent, device: str) -> int | None:
+        if event.explicit or not event.label:
+            return event.port
+        if device not in layouts:
+            layouts[device] = cage_layout(fabric, device)
+        return resolve_label(fabric, device, event.label, layouts[device])
+
     for event in log.events:
-        port = _event_port(fabric, event, event.device)
+        port = event_port(event, event.device)
         cable = fabric.cable_at((event.device, port)) if port is not None else None
         if cable is None and event.peer is not None:
             cable = fabric.cable_at(event.peer)
         if cable is None:  # a plan's fabric is named in lower case; UFM writes names as the switches report them
-            port = _event_port(fabric, event, event.device.lower())
+            port = event_port(event, event.device.lower())
             cable = fabric.cable_at((event.device.lower(), port)) if port is not None else None
         if cable is None:
             where = (f"{event.device}/{port}" if port is not None

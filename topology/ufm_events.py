@@ -105,20 +105,11 @@ class EventLog:
 
 
 def flat_port(path: str) -> int | None:
-    """UFM's ``1/<cage>/<sub>`` (or ``<cage>/<sub>``, or a bare number) as the flat port number.
+    """UFM's ``1/<cage>/<sub>`` (or ``<cage>/<sub>``, or a bare number) as the flat port number of a split switch.
 
     Split cages hold two ports: cage *c* sub-port 1 is port 2c-1, sub-port 2 is port 2c.
     """
-    parts = path.strip().split("/")
-    if len(parts) == 3:
-        parts = parts[1:]  # the leading "1/" is the chassis slot
-    try:
-        numbers = [int(part) for part in parts]
-    except ValueError:
-        return None
-    if len(numbers) == 2 and numbers[1] in (1, 2):
-        return 2 * numbers[0] - 2 + numbers[1]
-    return numbers[0] if len(numbers) == 1 else None
+    return label_ports(path)[1]
 
 
 def label_ports(label: str) -> tuple[int | None, int | None]:
@@ -129,7 +120,7 @@ def label_ports(label: str) -> tuple[int | None, int | None]:
     label means is the switch's, not the label's: see :func:`topology.linkhealth.resolve_label`."""
     parts = label.strip().split("/")
     if len(parts) == 3:
-        parts = parts[1:]
+        parts = parts[1:]  # the leading "1/" is the chassis slot
     try:
         numbers = [int(part) for part in parts]
     except ValueError:
@@ -147,13 +138,14 @@ def ufm_port_path(port: int) -> str:
     return f"1/{(port + 1) // 2}/{1 if port % 2 else 2}"
 
 
-def parse_description(description: str) -> tuple[str, str, int | None]:
-    """``Default / Switch: leaf-1 / 1/17/1`` -> ("Switch", "leaf-1", 33)."""
+def parse_description(description: str) -> tuple[str, str, int | None, str]:
+    """``Default / Switch: leaf-1 / 1/17/1`` -> ("Switch", "leaf-1", 33, "1/17/1"): the port read the split way,
+    and the label as written (its number on an unsplit switch is the fabric's to say)."""
     parts = [part.strip() for part in description.split(" / ")]
     device_part = next((part for part in parts if ":" in part), "")
     kind, _, name = device_part.partition(":")
-    port = flat_port(parts[-1]) if len(parts) >= 3 else None
-    return kind.strip(), name.strip(), port
+    label = parts[-1] if len(parts) >= 3 else ""
+    return kind.strip(), name.strip(), flat_port(label) if label else None, label
 
 
 class _Clock:
@@ -176,7 +168,7 @@ def parse_event_log(text: str, timezone: str = "UTC") -> EventLog:
     text = "\n" + text.replace("\r\n", "\n")
     log = EventLog()
     clock = _Clock(timezone)
-    descriptions: dict[str, tuple[str, str, int | None]] = {}
+    descriptions: dict[str, tuple[str, str, int | None, str]] = {}
     last = float("-inf")
     for line, minute, seconds, code_text, description, message in _EVENT.findall(text):
         when = clock(minute, seconds)
@@ -186,8 +178,7 @@ def parse_event_log(text: str, timezone: str = "UTC") -> EventLog:
         parsed = descriptions.get(description)
         if parsed is None:
             parsed = descriptions[description] = parse_description(description)
-        kind, device, port = parsed
-        label = description.rsplit(" / ", 1)[-1].strip() if description.count(" / ") >= 2 else ""
+        kind, device, port, label = parsed
         explicit = False
         code = int(code_text)
         if code in REBOOTS:
