@@ -61,7 +61,7 @@ def open_connection(connection: Any, *, keep_gateway: bool = False) -> None:
             if attempt == CONNECT_ATTEMPTS or not any(mark.lower() in said.lower() for mark in _DROPPED):
                 raise
             with contextlib.suppress(Exception):
-                connection.close() if keep_gateway else close_connection(connection)
+                close_connection(connection, keep_gateway=keep_gateway)
             time.sleep(CONNECT_BACKOFF_S * 2 ** (attempt - 1) * (1 + random.random()))
 
 
@@ -139,10 +139,7 @@ class SshSession:
                 if not name.startswith("*")}
 
     def close(self) -> None:
-        if self.owns_gateway:
-            close_connection(self.connection)
-        else:
-            self.connection.close()
+        close_connection(self.connection, keep_gateway=not self.owns_gateway)
 
 
 def jump_connection(model: ConnectionModel) -> Any:
@@ -151,10 +148,10 @@ def jump_connection(model: ConnectionModel) -> Any:
     return _connection(model.jump.host, model.jump.user or model.user, model.jump.port, model)
 
 
-def close_connection(connection: Any) -> None:
-    """A fabric connection and the connection to its jump host, when it has one of its own."""
+def close_connection(connection: Any, *, keep_gateway: bool = False) -> None:
+    """A fabric connection and the connection to its jump host, unless that one is shared (``keep_gateway``)."""
     connection.close()
-    if getattr(connection, "gateway", None) is not None and hasattr(connection.gateway, "close"):
+    if not keep_gateway and getattr(connection, "gateway", None) is not None and hasattr(connection.gateway, "close"):
         connection.gateway.close()
 
 

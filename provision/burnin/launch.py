@@ -51,6 +51,11 @@ class NodeRun:
         return found[-1] if found else None
 
     @property
+    def connection_lost(self) -> bool:
+        """Our connection to the node dropped under its agent: nothing it said could be read, and that is ours."""
+        return self.command is not None and self.command.lost
+
+    @property
     def unfinished(self) -> bool:
         """The node never ran the test, or its agent never reported: nothing it said can be judged."""
         return bool(self.connect_error) or self.agent is None
@@ -144,7 +149,7 @@ def launch(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedNode], *, te
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
             runs = list(pool.map(one, enumerate(nodes)))
         # a connection that dropped under an agent broke the whole world: ours, so the launch runs again
-        if not any(run.command is not None and run.command.lost for run in runs) or attempt == LAUNCH_ATTEMPTS:
+        if not any(run.connection_lost for run in runs) or attempt == LAUNCH_ATTEMPTS:
             break
     return LaunchResult(test, runs, nproc)
 

@@ -192,7 +192,7 @@ def lost_nodes(result: LaunchResult, *, check: str, doing: str, timeout_s: float
     lost: dict[str, list[CheckResult]] = {}
     # a node whose connection dropped under its agent (on every attempt) said nothing we could read: its ranks'
     # silence is ours, not a rank that stopped or vanished
-    ours = {run.node for run in result.nodes if run.unfinished and run.command is not None and run.command.lost}
+    ours = {run.node for run in result.nodes if run.unfinished and run.connection_lost}
     vanished = {rank: found for rank, found in vanished_ranks(result).items() if found[0] not in ours}
     said: dict[str, list[str]] = {}
     for rank, (host, status) in vanished.items():
@@ -210,7 +210,8 @@ def lost_nodes(result: LaunchResult, *, check: str, doing: str, timeout_s: float
             "look at its stack dump and the kernel log; correlate with UFM link-down events",
             [f"{when}: ranks behind or killed: {sorted(stopped)}"]))
     for run in result.nodes:
-        if run.unfinished and run.command is not None and run.command.lost:  # tried again already: still ours
+        if run.node in ours:  # tried again already: still ours
+            assert run.command is not None
             lost.setdefault(run.node, []).append(CheckResult(
                 check, Outcome.UNKNOWN, f"the test could not be judged on {run.node}: {run.command.problem()}, "
                 "on every attempt", "check the controller's network path to the node (bastion, jump host) and "
