@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.simulated import provision_cli
+from bench.simulated import example, provision_cli
 from provision.burnin.launch import LaunchResult, NodeRun, free_port, launch
 from provision.burnin.multinode import bus_bandwidth
 from provision.pipeline import default_state_dir
@@ -32,7 +32,7 @@ TARGET = 0.03
 
 
 def _cluster(directory: Path, hosts: int) -> Path:
-    data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
+    data = example()
     data["nodes"]["groups"][0]["hosts"] = f"sim[01-{hosts:02d}]"
     data["simulation"]["faults"] = []
     spec = directory / "cluster.yaml"

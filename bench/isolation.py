@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.simulated import provision_then_burn_in, quarantined
+from bench.simulated import example, provision_then_burn_in, quarantined
 from provision.burnin.isolation import imbue_two_stage, isolate, lower_bound
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +74,7 @@ def small_fleets() -> list[dict[str, object]]:
 
 def simulated(bad_hosts: list[str]) -> dict[str, object]:
     """The example cluster, 2 ranks per host, collectives only, ``collective_corruption`` on ``bad_hosts``."""
-    data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
+    data = example()
     data["simulation"]["faults"] = [{"kind": "collective_corruption", "node": host} for host in bad_hosts]
     data["burnin"]["stages"] = ["collectives"]
     data["admission"] = {**data.get("admission", {}), "max_failure_percent": {"burnin": 100}}

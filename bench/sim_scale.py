@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.simulated import example
 from provision.ib_fabric import design_fabric
 from provision.sim import cluster
 from provision.spec import load_spec
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _spec(directory: Path, hosts: int) -> Path:
-    data = yaml.safe_load((ROOT / "examples" / "sim-cluster.yaml").read_text())
+    data = example()
     data["nodes"]["groups"][0]["hosts"] = f"sim[001-{hosts:03d}]"
     data["fabric"].update(hosts_per_su=32, switch_radix=64)
     faults = data["simulation"]["faults"]

@@ -16,7 +16,8 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sim-cluster.yam
 
 def example() -> dict[str, Any]:
     """The example cluster's spec, as data to vary."""
-    return yaml.safe_load(EXAMPLE.read_text())
+    keys = EXAMPLE.parent / "keys"
+    return yaml.safe_load(EXAMPLE.read_text().replace("key: keys/", f"key: {keys}/"))
 
 
 def shrink_to_four_hosts(data: dict[str, Any]) -> dict[str, Any]:

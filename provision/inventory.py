@@ -20,6 +20,7 @@ import yaml
 from provision.connection import connection_model
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
+from provision.spec.keys import key_form
 from provision.spec.semantics import ResolvedNode
 
 
@@ -67,9 +68,30 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
             hw_root=str(paths.root),
             provision_environment={"PATH": f"{paths.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"},
             # by absolute path: a simulated host's reboot must never reach this machine's own shutdown
-            gpu_driver_reboot_command=f'{paths.bin}/shutdown -r now "provision: reboot into the pinned driver"',
+            gpu_driver_reboot_command=f'{paths.bin}/shutdown -r now '
+                                      '"provision: reboot into the installed driver and InfiniBand stack"',
         )
     return variables
+
+
+#: Where the package_sources role puts the keys and the one list of the spec's sources (``provision`` in their
+#: names, so what provision wrote is told apart from the site's own sources).
+KEYRING_DIR = "/etc/apt/keyrings"
+SOURCES_LIST = "/etc/apt/sources.list.d/provision.list"
+
+
+def package_sources(loaded: LoadedSpec) -> list[dict[str, str]]:
+    """Each repository's key (copied under the name its form needs: apt reads ``.asc`` as armored, ``.gpg`` as
+    binary) and its one-line ``sources.list`` entry bound to that key alone (``signed-by``)."""
+    sources = []
+    for repository in loaded.spec.software.repositories:
+        key = (loaded.path.resolve().parent / repository.key).expanduser()
+        suffix = "asc" if key_form(key.read_bytes()) == "armored" else "gpg"
+        key_dest = f"{KEYRING_DIR}/provision-{repository.name}.{suffix}"
+        sources.append({"name": repository.name, "key_src": str(key), "key_dest": key_dest,
+                        "line": " ".join(["deb", f"[signed-by={key_dest}]", repository.url, repository.suite,
+                                          *repository.components])})
+    return sources
 
 
 def runtime_vars(loaded: LoadedSpec) -> dict[str, str]:
@@ -105,6 +127,8 @@ def build(loaded: LoadedSpec, state_dir: Path) -> dict[str, Any]:
                 "host_tuning_numa_balancing": tuning.numa_balancing,
                 "host_tuning_cpu_governor": tuning.cpu_governor,
                 "host_tuning_swap": tuning.swap,
+                "package_sources": package_sources(loaded),
+                "package_sources_list": SOURCES_LIST,
                 **runtime_vars(loaded),
             },
             "hosts": {node.name: host_vars(loaded, node, state_dir) for node in loaded.nodes},

@@ -53,11 +53,17 @@ def run_cli_process(*args: str, cwd: Path | None = None, env: dict[str, str] | N
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
+def example_text(name: str = "sim-cluster.yaml") -> str:
+    """An example's text with the files it names beside itself (its repositories' keys) given by absolute path, so
+    a copy can be written to any folder."""
+    return (EXAMPLES / name).read_text().replace("key: keys/", f"key: {EXAMPLES / 'keys'}/")
+
+
 @pytest.fixture
 def sim_spec(tmp_path: Path) -> Path:
     """A private copy of the simulated example, so its state lands in tmp_path."""
     target = tmp_path / "sim-cluster.yaml"
-    target.write_text((EXAMPLES / "sim-cluster.yaml").read_text())
+    target.write_text(example_text())
     return target
 
 

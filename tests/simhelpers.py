@@ -19,14 +19,14 @@ from provision.sim.host import inject_now, read_recipe, write_recipe
 from provision.sim.node import load_state, save_state
 from provision.spec import load_spec
 from provision.spec.faults import CATALOG
-from tests.conftest import EXAMPLES
+from tests.conftest import example_text
 from topology import hostlist
 
 
 def write_spec(directory: Path, faults: list[dict], *, hosts: str = "sim[01-02]", seed: int = 3,
                stages: list[str] | None = None, admission: dict | None = None,
                collective_semantics: str = "gloo") -> Path:
-    data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
+    data = yaml.safe_load(example_text())
     data["nodes"]["groups"][0]["hosts"] = hosts
     if stages is not None:
         data["burnin"]["stages"] = stages
@@ -52,6 +52,17 @@ class SimHost:
         if check and result.returncode != 0:
             raise AssertionError(f"{command} exited {result.returncode}: {result.stderr}")
         return result
+
+    def add_vendor_sources(self) -> SimHost:
+        """What the package_sources role leaves on a stock image (the example's repositories, each with its key),
+        and apt's lists fetched: the vendors' packages become installable by hand."""
+        for repository in yaml.safe_load(example_text())["software"]["repositories"]:
+            keyring = f"etc/apt/keyrings/provision-{repository['name']}.asc"
+            (self.root / keyring).write_bytes(Path(repository["key"]).read_bytes())
+            (self.root / f"etc/apt/sources.list.d/provision-{repository['name']}.list").write_text(
+                f"deb [signed-by=/{keyring}] {repository['url']} {repository.get('suite', '/')}\n")
+        self.run("apt-get", "update")
+        return self
 
 
 def bring_up(directory: Path, faults: list[dict], **kwargs) -> tuple[Path, dict]:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from provision.facts.lspci import parse_lspci_verbose
 from provision.facts.nvidia_smi import parse_query_csv
@@ -65,8 +66,30 @@ def test_converged_hosts_are_what_the_spec_says(provisioned) -> None:
         assert all(f'"{pattern}";' in blacklist for pattern in ("linux-", "nvidia-", "doca-", "cuda-")), blacklist
         assert (host.root / "sys/kernel/mm/memory_peers/nv_mem/version").exists()
         assert (host.root / "etc/modules-load.d/nvidia-peermem.conf").read_text() == "nvidia-peermem\n"
+        sources = (host.root / "etc/apt/sources.list.d/provision.list").read_text().splitlines()[1:]
+        assert sources == [
+            "deb [signed-by=/etc/apt/keyrings/provision-nvidia-cuda.asc] "
+            "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/ /",
+            "deb [signed-by=/etc/apt/keyrings/provision-nvidia-doca.asc] "
+            "https://linux.mellanox.com/public/repo/doca/2.9.1/ubuntu22.04/x86_64/ ./"]
+        in_memory = (host.root / "sys/module/ib_core/srcversion").read_text().strip()
+        assert in_memory == host.run("modinfo", "-F", "srcversion", "ib_core").stdout.strip(), \
+            "rebooted into OFED's ib_core, which the stock image's running stack was not"
         assert (host.root / "proc/sys/kernel/numa_balancing").read_text().strip() == "0"
         assert host.run("systemctl", "is-enabled", "provision-acs").stdout.strip() == "enabled"
+
+
+def test_a_stock_image_without_the_vendors_repositories_fails_with_the_reason(tmp_path: Path) -> None:
+    data = yaml.safe_load(write_spec(tmp_path, [], hosts="sim01").read_text())
+    del data["software"]["repositories"]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run_cli("apply", "--json", str(spec), "--phases", PROVISIONING, timeout=600)
+    assert result.returncode == 1, result.stderr
+    status = json.loads(run_cli("status", "--json", str(spec)).stdout)
+    (node,) = status["nodes"]
+    assert node["state"] == "quarantined" and "Unable to locate package doca-ofed" in node["reason"], node
+    assert "software.repositories" in node["reason"]
 
 
 def test_settings_survive_a_reboot(provisioned) -> None:

@@ -19,7 +19,7 @@ import yaml
 
 from provision.facts.lspci import parse_lspci_verbose
 from provision.facts.nvidia_smi import parse_query_csv
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import example_text, run_cli
 from tests.simhelpers import SimHost
 from tests.sshd import SSHD, USER, LoopbackSshd, hand_to_login_user, run, stop, wait_listening
 
@@ -48,7 +48,7 @@ def ssh_cluster():
             daemons.append(subprocess.Popen(servers.command(host), stdout=subprocess.DEVNULL,
                                             stderr=subprocess.PIPE))
             wait_listening(address, servers.port)
-        data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
+        data = yaml.safe_load(example_text())
         data["nodes"]["groups"][0]["hosts"] = "sim[01-02]"
         data["connection"] = servers.connection(forks=2, become_password_env="PROVISION_BECOME_PASSWORD")
         data["simulation"] = {"seed": 5, "faults": [{"kind": "acs_enabled", "node": "sim01"},
@@ -78,7 +78,8 @@ def test_apply_over_ssh_converges_the_hosts(ssh_cluster) -> None:
     assert "StrictHostKeyChecking=no" not in (record / "inventory.yml").read_text()
     outcomes = {row["host"]: row for row in json.loads((record / "provision.json").read_text())}
     assert all(row["failed_task"] is None for row in outcomes.values())
-    assert any(change["task"] == "Reboot into the pinned driver (over SSH)" for change in outcomes["sim02"]["changes"])
+    assert any(change["task"] == "Reboot into the pinned driver and OFED's stack (over SSH)"
+               for change in outcomes["sim02"]["changes"])
     sim01, sim02 = SimHost(state, "sim01"), SimHost(state, "sim02")
     assert not [d for d in parse_lspci_verbose(sim01.run("lspci", "-vvv").stdout)
                 if d.acs_redirects and d.address != "0000:04:01.0"]

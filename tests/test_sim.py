@@ -14,6 +14,7 @@ from provision.facts.kernel_log import find_xids, parse_kernel_log
 from provision.facts.lspci import parse_lspci_verbose
 from provision.facts.nvidia_smi import parse_nvlink_status, parse_query_csv, parse_query_report, parse_topo_matrix
 from provision.facts.packages import parse_dpkg_status, parse_proc_modules
+from provision.sim.mirror import key_id, stand_in_key
 from provision.spec.faults import CATALOG
 from tests.conftest import run_cli
 from tests.simhelpers import SimHost, bring_up, write_spec
@@ -28,6 +29,7 @@ def _hardware(host: SimHost):
 
 
 def _install_driver(host: SimHost) -> None:
+    host.add_vendor_sources()
     host.run("apt-get", "install", "-y", f"nvidia-driver-535={PINNED}-1")
     host.run("modprobe", "nvidia")
 
@@ -42,7 +44,7 @@ def test_cli_up_is_idempotent_and_reconciles_a_changed_spec_host_by_host(tmp_pat
     assert payload["hosts"]["added"] == ["sim01", "sim02", "sim03"]
     assert run_cli("sim", "up", str(spec), "--json").stdout.count('"changed": false') == 1
     state = tmp_path / ".provision" / "sim16"
-    touched = SimHost(state, "sim02")
+    touched = SimHost(state, "sim02").add_vendor_sources()
     touched.run("apt-get", "install", "-y", f"nvidia-driver-535={PINNED}-1")
     # drop sim03 and change sim01's fault: sim01 is rebuilt, sim02 keeps its installed driver
     text = spec.read_text().replace("sim[01-03]", "sim[01-02]").replace("code: 48", "code: 79")
@@ -155,9 +157,46 @@ def test_setpci_on_a_device_without_acs_fails(tmp_path: Path) -> None:
     assert result.returncode != 0 and "Capability ACS not found" in result.stderr
 
 
+def test_a_stock_image_reaches_the_vendors_only_through_signed_sources(tmp_path: Path) -> None:
+    """What a stock Ubuntu 22.04 server install refuses: NVIDIA's and DOCA's packages (not in Ubuntu's archive),
+    python3 -m venv (no python3-venv), a vendor source without its key, a release or distribution the server lacks."""
+    state, _ = bring_up(tmp_path, [], hosts="sim01")
+    host = SimHost(state, "sim01")
+    for package in ("doca-ofed", "nvidia-driver-535", "cuda-toolkit-12-2"):
+        refused = host.run("apt-get", "install", "-y", package, check=False)
+        assert refused.returncode == 100 and f"Unable to locate package {package}" in refused.stderr
+    venv = host.run("python3", "-m", "venv", str(tmp_path / "runtime"), check=False)
+    assert venv.returncode == 1 and "ensurepip is not\navailable" in venv.stdout and not (tmp_path / "runtime").exists()
+    sources = host.root / "etc/apt/sources.list.d"
+    keyring = host.root / "etc/apt/keyrings/doca.asc"
+    keyring.write_text(stand_in_key("cuda"))  # another repository's key
+    (sources / "doca.list").write_text("deb [signed-by=/etc/apt/keyrings/doca.asc] "
+                                       "https://linux.mellanox.com/public/repo/doca/2.8.0/ubuntu22.04/x86_64/ ./\n")
+    unsigned = host.run("apt-get", "update", check=False)
+    assert unsigned.returncode == 100 and f"NO_PUBKEY {key_id('doca')}" in unsigned.stderr
+    assert host.run("apt-get", "install", "-y", "doca-ofed", check=False).returncode == 100
+    keyring.write_text(stand_in_key("doca"))
+    host.run("apt-get", "update")
+    wrong_release = host.run("apt-get", "install", "-y", "doca-ofed=2.9.1*", check=False)
+    assert wrong_release.returncode == 100 and "Version '2.9.1*' for 'doca-ofed' was not found" in wrong_release.stderr
+    (sources / "doca.list").write_text("deb [signed-by=/etc/apt/keyrings/doca.asc] "
+                                       "https://linux.mellanox.com/public/repo/doca/2.9.1/ubuntu20.04/x86_64/ ./\n")
+    missing = host.run("apt-get", "update", check=False)
+    assert missing.returncode == 100 and "does not have a Release file" in missing.stderr
+    dropped = host.run("apt-get", "install", "-y", "doca-ofed", check=False)  # 2.8.0's list went with its source
+    assert "Unable to locate package doca-ofed" in dropped.stderr
+    (sources / "doca.list").write_text("deb [signed-by=/etc/apt/keyrings/doca.asc] "
+                                       "http://mirror.site.internal/doca ./\n")
+    unresolved = host.run("apt-get", "update", check=False)
+    assert unresolved.returncode == 0 and "Temporary failure resolving 'mirror.site.internal'" in unresolved.stderr
+    host.add_vendor_sources()
+    host.run("apt-get", "install", "-y", "doca-ofed=2.9.1*", "python3-venv")
+    assert host.run("python3", "-m", "venv", "--without-pip", str(tmp_path / "runtime")).returncode == 0
+
+
 def test_driver_lifecycle_install_load_mismatch_reboot(tmp_path: Path) -> None:
     state, _ = bring_up(tmp_path, [{"kind": "wrong_driver", "node": "sim01", "params": {"version": "550.54.15"}}])
-    fresh, drifted = SimHost(state, "sim02"), SimHost(state, "sim01")
+    fresh, drifted = SimHost(state, "sim02").add_vendor_sources(), SimHost(state, "sim01").add_vendor_sources()
     assert fresh.run("nvidia-smi", "-L", check=False).returncode == 127  # no driver delivered
     assert parse_query_csv(drifted.run("nvidia-smi", "--query-gpu=index,driver_version",
                                        "--format=csv").stdout)[0]["driver_version"] == "550.54.15"
@@ -185,6 +224,13 @@ def test_peermem_loaded_registered_and_the_ofed_build_trap(tmp_path: Path) -> No
     assert trapped.returncode == 1 and "Invalid argument" in trapped.stderr
     assert "disagrees about version of symbol" in host.run("dmesg").stdout
     host.run("apt-get", "install", "-y", "--reinstall", f"nvidia-driver-535={PINNED}-1")
+    # rebuilt against OFED's ib_core, but the kernel's own ib_core is still the one in memory until a reboot
+    in_memory = (host.root / "sys/module/ib_core/srcversion").read_text().strip()
+    assert in_memory != host.run("modinfo", "-F", "srcversion", "ib_core").stdout.strip()
+    assert host.run("modprobe", "nvidia-peermem", check=False).returncode == 1
+    host.run("reboot")
+    assert (host.root / "sys/module/ib_core/srcversion").read_text().strip() == \
+        host.run("modinfo", "-F", "srcversion", "ib_core").stdout.strip()
     host.run("modprobe", "nvidia-peermem")
     assert "nvidia_peermem" in parse_proc_modules((host.root / "proc/modules").read_text())
     assert (host.root / "sys/kernel/mm/memory_peers/nv_mem/version").read_text().strip()
@@ -373,6 +419,7 @@ def observe_wrong_driver(host: SimHost) -> None:
 
 
 def observe_pin_unavailable(host: SimHost) -> None:
+    host.add_vendor_sources()
     missing = host.run("apt-get", "install", "-y", "nvidia-driver-535=535.183.01-1", check=False)
     assert missing.returncode == 100
     assert "Version '535.183.01-1' for 'nvidia-driver-535' was not found" in missing.stderr

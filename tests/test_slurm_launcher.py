@@ -20,7 +20,7 @@ import yaml
 from provision.sim.cluster import node_paths
 from provision.spec.faults import CATALOG
 from tests import slurmcluster
-from tests.conftest import EXAMPLES
+from tests.conftest import example_text
 from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
 from topology import hostlist
 
@@ -32,7 +32,7 @@ EXAMPLE_NODES = {"sim07": "sim01", "sim09": "sim02", "sim12": "sim03", "sim13": 
 
 
 def _example_burnin_faults() -> list[dict]:
-    faults = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())["simulation"]["faults"]
+    faults = yaml.safe_load(example_text())["simulation"]["faults"]
     chosen = [dict(fault, node=EXAMPLE_NODES[fault["node"]]) for fault in faults
               if fault.get("node") and CATALOG[fault["kind"]].stage != "provision"]
     assert sorted(fault["node"] for fault in chosen) == sorted(EXAMPLE_NODES.values())

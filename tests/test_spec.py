@@ -8,7 +8,7 @@ import pytest
 
 from provision.spec import SpecError, load_spec
 from provision.spec.thresholds import effective_thresholds
-from tests.conftest import BROKEN, EXAMPLES
+from tests.conftest import BROKEN, EXAMPLES, example_text
 
 pytestmark = pytest.mark.fast  # pure: part of make test-fast
 
@@ -120,7 +120,7 @@ def test_thresholds_derive_from_gpu_model_and_link_rate() -> None:
 
 
 def test_swap_off_may_be_written_bare(tmp_path: Path) -> None:
-    text = (EXAMPLES / "sim-cluster.yaml").read_text().replace(
+    text = example_text().replace(
         "host:\n  gpudirect: peermem", "host:\n  tuning: {swap: off}\n  gpudirect: peermem")
     loaded = load_spec(_write(tmp_path, text))
     assert loaded.spec.host.tuning.swap == "off"
@@ -129,7 +129,7 @@ def test_swap_off_may_be_written_bare(tmp_path: Path) -> None:
 def test_a_rank_fault_on_a_rail_no_rank_uses_is_refused(tmp_path: Path) -> None:
     import yaml
 
-    data = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())  # two ranks a node: GPUs 0 and 1 only
+    data = yaml.safe_load(example_text())  # two ranks a node: GPUs 0 and 1 only
     gpu_of = data["hardware"]["hgx-h100"]["rails"]
     far = next(hca for hca, gpu in gpu_of.items() if gpu >= 2)
     near = next(hca for hca, gpu in gpu_of.items() if gpu == 1)
@@ -141,3 +141,40 @@ def test_a_rank_fault_on_a_rail_no_rank_uses_is_refused(tmp_path: Path) -> None:
     assert expected in str(caught.value)
     data["simulation"]["faults"][0]["target"] = near
     load_spec(_write(tmp_path, yaml.safe_dump(data, sort_keys=False)))
+
+
+def test_repositories_are_refused_with_their_place_and_reason(tmp_path: Path) -> None:
+    import yaml
+
+    (tmp_path / "saved-error-page.asc").write_text("<html><body>404 Not Found</body></html>\n")
+    data = yaml.safe_load(example_text())
+    cuda, doca = data["software"]["repositories"]
+    data["software"]["repositories"] = [
+        {**cuda, "key": "keys/absent.asc"},
+        {**doca, "name": "nvidia-doca", "key": "saved-error-page.asc"},
+    ]
+    with pytest.raises(SpecError) as caught:
+        load_spec(_write(tmp_path, yaml.safe_dump(data, sort_keys=False)))
+    messages = [str(issue) for issue in caught.value.issues]
+    assert any("software.repositories[0].key" in text and "'keys/absent.asc' not found" in text
+               for text in messages), messages
+    assert any("software.repositories[1].key" in text and "is not an OpenPGP public key" in text
+               for text in messages), messages
+    cases = (([{**cuda, "components": ["main"]}], "a flat repository (suite '/') has no components"),
+             ([{**cuda, "suite": "jammy"}], "suite 'jammy' needs components (e.g. [main])"),
+             ([cuda, {**doca, "name": "nvidia-cuda"}], "repository names must be unique: nvidia-cuda repeated"))
+    for repositories, expected in cases:
+        data["software"]["repositories"] = repositories
+        with pytest.raises(SpecError) as caught:
+            load_spec(_write(tmp_path, yaml.safe_dump(data, sort_keys=False)))
+        assert [expected in str(issue) for issue in caught.value.issues] == [True], caught.value.issues
+
+
+def test_a_key_is_read_by_its_form() -> None:
+    from provision.spec.keys import key_form
+
+    assert key_form(b"\n-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBGJ...\n") == "armored"
+    assert key_form(bytes([0x99, 0x02, 0x0D, 0x04])) == "binary"  # old format, tag 6, two-byte length
+    assert key_form(bytes([0xC6, 0xC1, 0x4D, 0x04])) == "binary"  # new format, tag 6
+    assert key_form(bytes([0x95, 0x03])) is None  # tag 5: a secret key
+    assert key_form(b"<html>404</html>") is None and key_form(b"") is None

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from provision.spec import SpecError, load_spec
-from tests.conftest import EXAMPLES
+from tests.conftest import example_text
 
 pytestmark = pytest.mark.fast  # pure: part of make test-fast
 
-BASE = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
+BASE = yaml.safe_load(example_text())
 LOCATED = re.compile(r"^.+:\d+:\d+: ")
 
 _scalars = st.one_of(

@@ -20,13 +20,13 @@ import pytest
 import yaml
 
 from provision.cli import main
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, example_text
 from tests.test_spec_fuzz import _paths  # every path into a parsed spec
 
 pytestmark = pytest.mark.fast  # pure: part of make test-fast
 
 CASES = int(os.environ.get("PROVISION_FUZZ_CASES", "600"))
-TEXTS = {path.name: path.read_text() for path in sorted(EXAMPLES.glob("*.yaml"))}
+TEXTS = {path.name: example_text(path.name) for path in sorted(EXAMPLES.glob("*.yaml"))}
 DATA = {name: yaml.safe_load(text) for name, text in TEXTS.items()}
 KEY_NOISE = ["[", "]", '"', "'", ":", "{", "}", "&", "*", "!", "#", ",", "? ", "- ", "|", "%", "@", "`"]
 ODD_VALUES: list[Any] = [None, [], {}, "", "[", 0, -1, 1.5e300, True, "x" * 300, ["a", 1], {"k": [None]}, "1:1",

@@ -10,7 +10,9 @@ description:
   - Compares installed versions (dpkg-query) with the pins; installs what differs in one apt-get call (allowing
     downgrades and changes to held packages, since a pin is the decision), then holds them. A pin matches an
     installed version equal to it or starting with it and a dash (C(535.183.01) matches C(535.183.01-1)).
-    Supports check mode and diff.
+    When apt does not know a pinned package or version, its lists are refreshed (apt-get update) and the install
+    tried once more: a repository was just added or changed, or the lists are stale. A converged node is never
+    sent to the network. Supports check mode and diff.
 options:
   packages:
     description: Package name to pinned version.
@@ -60,6 +62,14 @@ def parse_query(output: str) -> dict[str, tuple[str, bool]]:
     return found
 
 
+#: What apt-get says when its lists lack a package or a version (a refresh may bring it).
+NOT_IN_LISTS = ("Unable to locate package", "was not found", "has no installation candidate")
+
+
+def not_in_lists(output: str) -> bool:
+    return any(marker in output for marker in NOT_IN_LISTS)
+
+
 def plan(current: dict[str, tuple[str, bool]], pins: dict[str, str], hold: bool,
          reinstall: bool) -> tuple[list[str], list[str]]:
     install = [name for name, pin in pins.items() if reinstall or not matches(current.get(name, (None,))[0], pin)]
@@ -91,11 +101,17 @@ def main() -> None:
         command = ["apt-get", "install", "-y", "--allow-downgrades", "--allow-change-held-packages"]
         if module.params["reinstall"]:
             command.append("--reinstall")
-        rc, out, err = module.run_command(command + [name if pins[name] == "*" else f"{name}={pins[name]}*"
-                                                     for name in install],
-                                          environ_update=environment)
+        command += [name if pins[name] == "*" else f"{name}={pins[name]}*" for name in install]
+        rc, out, err = module.run_command(command, environ_update=environment)
+        if rc != 0 and not_in_lists(err + out):
+            rc, out, err = module.run_command(["apt-get", "update"], environ_update=environment)
+            if rc != 0:
+                module.fail_json(msg=f"apt-get update failed: {(err or out).strip()}")
+            rc, out, err = module.run_command(command, environ_update=environment)
         if rc != 0:
-            module.fail_json(msg=f"apt-get could not install {', '.join(install)}: {(err or out).strip()}")
+            hint = (" (is the repository that carries it configured? software.repositories)"
+                    if not_in_lists(err + out) else "")
+            module.fail_json(msg=f"apt-get could not install {', '.join(install)}: {(err or out).strip()}{hint}")
     if to_hold:
         rc, _out, err = module.run_command(["apt-mark", "hold", *to_hold])
         if rc != 0:

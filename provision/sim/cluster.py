@@ -21,7 +21,7 @@ from typing import Any
 
 from provision.errors import Refusal
 from provision.hostmodel.devices import describe
-from provision.sim import kernel_log
+from provision.sim import kernel_log, mirror
 from provision.sim.fabric import CABLE_FAULTS, write_dump, write_link_quality
 from provision.sim.files import clone_tree
 from provision.sim.host import ensure_host, is_host_built, read_recipe, write_recipe
@@ -188,23 +188,25 @@ def down(state_dir: Path) -> bool:
     return True
 
 
-def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Versions the simulated package mirror offers: the pins, a neighbour of each, and faulty versions."""
+def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
+    """What each simulated repository publishes (:mod:`provision.sim.mirror`): Ubuntu's archive (the kernel's
+    headers and image, python3-venv) and NVIDIA's CUDA repository (each driver branch the spec or a fault names,
+    the fabric manager, the toolkit). The InfiniBand stack's repositories serve the release their URL names."""
     pins = loaded.spec.software
     drivers = {pins.gpu_driver}
     drivers |= {fault["params"]["version"] for fault in faults if fault["kind"] == "wrong_driver"}
-    repository: dict[str, list[str]] = {}
+    cuda: dict[str, list[str]] = {}
     for version in sorted(drivers):
         branch = version.split(".")[0]
         for name in (f"nvidia-driver-{branch}", f"nvidia-utils-{branch}", f"nvidia-fabricmanager-{branch}"):
-            repository.setdefault(name, []).append(f"{version}-1")
-    ofed = "doca-ofed" if pins.ofed.flavor == "doca" else "mlnx-ofed-all"
-    repository[ofed] = [f"{pins.ofed.version}-1"]
+            cuda.setdefault(name, []).append(f"{version}-1")
     major, _, minor = pins.cuda.partition(".")
-    repository[f"cuda-toolkit-{major}-{minor.split('.')[0] or '0'}"] = [f"{pins.cuda}.0-1"]
+    cuda[f"cuda-toolkit-{major}-{minor.split('.')[0] or '0'}"] = [f"{pins.cuda}.0-1"]
     kernel = pins.kernel or DEFAULT_KERNEL
-    repository[f"linux-headers-{kernel}"] = [kernel.rsplit("-", 1)[0] + ".122"]
-    return {name: sorted(set(versions)) for name, versions in repository.items()}
+    ubuntu = {f"linux-headers-{kernel}": [kernel.rsplit("-", 1)[0] + ".122"],
+              f"linux-image-{kernel}": [kernel.rsplit("-", 1)[0] + ".122"],
+              "python3-venv": ["3.10.6-1~22.04.1"], "python3.10-venv": ["3.10.12-1~22.04.7"]}
+    return {mirror.UBUNTU: ubuntu, "cuda": {name: sorted(set(versions)) for name, versions in cuda.items()}}
 
 
 def _stand_ins_digest() -> str:
@@ -251,10 +253,28 @@ def write_stand_ins(directory: Path, root: str, *, node_python: bool = True) -> 
             "#!/bin/sh\n"
             f'PYTHONPATH="{shim}:{source}${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH\n'
             f"PROVISION_SIM_ROOT={root}; export PROVISION_SIM_ROOT\n"
+            + NO_ENSUREPIP.format(status=f"{root}/var/lib/dpkg/status") +
             f'exec "{sys.executable}" "$@"\n'
         )
         python.chmod(0o755)
     return directory
+
+
+#: Ubuntu's python3 without the python3-venv package: ``python3 -m venv`` stops at ensurepip, with its words
+#: (the node_runtime role installs python3-venv first). ``{status}`` is the host's dpkg status file.
+NO_ENSUREPIP = (
+    'if [ "$1" = -m ] && [ "$2" = venv ] && ! grep -Eq "^Package: python3(\\.10)?-venv$" {status} 2>/dev/null; then\n'
+    "  cat <<'EOF'\n"
+    "The virtual environment was not created successfully because ensurepip is not\n"
+    "available.  On Debian/Ubuntu systems, you need to install the python3-venv\n"
+    "package using the following command.\n\n"
+    "    apt install python3.10-venv\n\n"
+    "You may need to use sudo with that command.  After installing the python3-venv\n"
+    "package, recreate your virtual environment.\n"
+    "EOF\n"
+    "  exit 1\n"
+    "fi\n"
+)
 
 
 def is_built(state_dir: Path, host: str) -> bool:

@@ -20,7 +20,7 @@ from provision.hostmodel.pciconfig import LinkConfig
 from provision.sim.files import clone_tree, replace_file
 from provision.sim.inject import INJECTORS, NodeContext
 from provision.sim.node import initial_state, materialize_host, save_state
-from provision.sim.tools.apt import package_entry, write_status
+from provision.sim.tools.apt import package_entry, write_status, write_stock_sources
 from provision.sim.tools.system import write_modules
 
 RECIPE = "recipe.json"
@@ -80,8 +80,8 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
     context = NodeContext(root, hardware, state, recipe["link_rate"])
     for fault in recipe["faults"]:
         INJECTORS[fault["kind"]](context, fault["params"], fault["target"])
-    if state["modules"]:
-        write_modules(root, state["modules"], state.get("driver_loaded"))
+    write_stock_sources(root, state["packages_available"])
+    write_modules(root, state["modules"], state.get("driver_loaded"), state.get("ib_stack_loaded"))
     save_state(root, state)
     replace_file(root / READY, "")
 

@@ -76,10 +76,10 @@ def _driver_packages(version: str) -> list[str]:
 
 def _boot_with_driver(node: NodeContext, version: str) -> None:
     node.state["driver_installed"] = node.state["driver_loaded"] = version
-    node.state["modules"] = ["nvidia", "nvidia_uvm", "nvidia_modeset"]
+    node.state["modules"] = [*node.state["modules"], "nvidia", "nvidia_uvm", "nvidia_modeset"]
     node.state["services"].update({"nvidia-persistenced": {"enabled": True, "active": True},
                                    "nvidia-fabricmanager": {"enabled": True, "active": True}})
-    write_modules(node.root, node.state["modules"], node.state.get("driver_loaded"))
+    write_modules(node.root, node.state["modules"], node.state.get("driver_loaded"), node.state.get("ib_stack_loaded"))
     append_kernel_log(node.root, kernel_log.driver_load_lines(version))
 
 
@@ -98,8 +98,12 @@ def peermem_missing(node: NodeContext, params: dict[str, Any], target: str | Non
 
 def pin_unavailable(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     pinned = f"{node.state['pinned_driver']}-1"
-    node.state["packages_available"] = {name: [version for version in versions if version != pinned]
-                                        for name, versions in node.state["packages_available"].items()}
+    branch, minor, *rest = node.state["pinned_driver"].split(".")
+    neighbour = ".".join([branch, str(int(minor) - 1), *rest]) + "-1"  # the mirror has the branch, not the pin
+    node.state["packages_available"] = {
+        origin: {name: [neighbour if version == pinned else version for version in versions]
+                 for name, versions in offered.items()}
+        for origin, offered in node.state["packages_available"].items()}
 
 
 def reboot_hang(node: NodeContext, params: dict[str, Any], target: str | None) -> None:

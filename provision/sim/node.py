@@ -35,7 +35,9 @@ IB_COUNTERS = (
 )
 IB_RATES = {"EDR": "100 Gb/sec (4X EDR)", "HDR": "200 Gb/sec (4X HDR)", "NDR": "400 Gb/sec (4X NDR)",
             "XDR": "800 Gb/sec (4X XDR)"}
-BASE_MODULES = ("mlx5_core", "mlx5_ib", "ib_core", "ib_uverbs", "nvidia", "nvidia_uvm", "nvidia_modeset")
+#: What the HCAs' drivers load at boot, and the stack they come from before any OFED is installed.
+HCA_MODULES = ("mlx5_core", "ib_core", "mlx5_ib", "ib_uverbs")
+INBOX = "inbox"
 
 
 def sysfs_path(hardware: NodeHardware, bdf: str) -> str:
@@ -68,6 +70,7 @@ def materialize_shared(root: Path, hardware: NodeHardware, *, kernel: str, link_
         os.symlink(os.path.relpath(device_dir, sys_root / "class" / "infiniband"),
                    sys_root / "class" / "infiniband" / hca.name)
     for directory in ("etc/modules-load.d", "etc/modprobe.d", "etc/systemd/system", "etc/apt/preferences.d",
+                      "etc/apt/apt.conf.d", "etc/apt/sources.list.d", "etc/apt/keyrings",
                       "etc/security/limits.d", "etc/sysctl.d",
                       "usr/lib/modules", "usr/local/sbin", "tmp", "sys/module"):
         (root / directory).mkdir(parents=True, exist_ok=True)
@@ -125,7 +128,9 @@ def initial_state(hardware: NodeHardware, kernel: str) -> dict[str, Any]:
         "services": {},
         ACS_STATE_KEY: {device.bdf: 0 for device in hardware.devices if device.has_acs},
         "hcas": [asdict(hca) for hca in hardware.hcas],
-        "modules": [],
+        #: udev loads the HCAs' drivers at boot: the kernel's own (inbox) InfiniBand stack on a stock image.
+        "modules": list(HCA_MODULES) if hardware.hcas else [],
+        "ib_stack_loaded": INBOX,
         "disks": [{"filesystem": "/dev/nvme0n1p2", "mount": "/", "size_kb": 1_844_000_000, "used_kb": 212_000_000},
                   {"filesystem": "/dev/md0", "mount": "/scratch", "size_kb": 28_000_000_000,
                    "used_kb": 1_100_000_000}],

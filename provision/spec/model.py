@@ -165,6 +165,30 @@ class NodeRuntime(Strict):
         return self
 
 
+class PackageRepository(Strict):
+    """An APT repository the nodes install the pinned packages from (NVIDIA's CUDA repository for the driver,
+    the fabric manager and the toolkit; NVIDIA's DOCA or MLNX_OFED repository for the InfiniBand stack), or a
+    site's mirror of one. A stock Ubuntu image knows none of them. ``key`` is the repository's OpenPGP public key,
+    a file on the controller (relative to the spec's folder) that the site downloaded once and checked against the
+    vendor's published fingerprint: the node trusts this file, never a key fetched at install time."""
+
+    name: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=40)]
+    url: Annotated[str, StringConstraints(pattern=r"^(https?|file)://\S+$")]
+    key: Path
+    #: ``/`` or ``./`` for a flat repository (NVIDIA's CUDA and DOCA repositories), else a distribution
+    #: (``jammy``) followed by ``components``.
+    suite: Annotated[str, StringConstraints(pattern=r"^\S+$")] = "/"
+    components: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+$")]] = []
+
+    @model_validator(mode="after")
+    def _flat_or_components(self) -> PackageRepository:
+        if self.suite.endswith("/") and self.components:
+            raise ValueError(f"a flat repository (suite {self.suite!r}) has no components")
+        if not self.suite.endswith("/") and not self.components:
+            raise ValueError(f"suite {self.suite!r} needs components (e.g. [main]); a flat repository's suite is /")
+        return self
+
+
 class SoftwarePins(Strict):
     gpu_driver: Version
     ofed: OfedPin
@@ -174,6 +198,18 @@ class SoftwarePins(Strict):
     kernel: Version | None = None
     nccl: Version | None = None
     runtime: NodeRuntime | None = None
+    #: Written to each node's APT sources with their keys before any pinned package is installed; none: the
+    #: image already reaches the packages (a site's own image or mirror configuration).
+    repositories: list[PackageRepository] = []
+
+    @field_validator("repositories")
+    @classmethod
+    def _unique_names(cls, repositories: list[PackageRepository]) -> list[PackageRepository]:
+        names = [repository.name for repository in repositories]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"repository names must be unique: {', '.join(repeated)} repeated")
+        return repositories
 
 
 class PcieAcsPolicy(Strict):

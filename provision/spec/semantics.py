@@ -15,6 +15,7 @@ from pathlib import Path
 from provision.hostmodel.devices import describe
 from provision.spec.faults import CATALOG, resolve_params, target_problem
 from provision.spec.issues import did_you_mean
+from provision.spec.keys import key_form
 from provision.spec.model import ClusterSpec, NodeRuntime
 from provision.spec.source import Path_
 from topology import hostlist
@@ -312,6 +313,15 @@ def _check_paths(spec: ClusterSpec, spec_dir: Path, problems: list[Problem]) -> 
     runtime = spec.software.runtime if spec.software is not None else None
     if runtime is not None:
         _check_runtime(spec, runtime, spec_dir, problems)
+    for index, repository in enumerate(spec.software.repositories if spec.software is not None else []):
+        where = ("software", "repositories", index, "key")
+        key = (spec_dir / repository.key).expanduser()
+        if not key.is_file():
+            problems.append(Problem(where, f"file {str(repository.key)!r} not found (relative to the spec's folder)"))
+        elif key_form(key.read_bytes()) is None:
+            problems.append(Problem(where, f"{str(repository.key)!r} is not an OpenPGP public key (neither armored "
+                                           "nor a binary key packet)",
+                                    "download the repository's public key again and check its fingerprint"))
 
 
 #: The oldest torch the node tests (fabric_tests) are run on by ``make test``: constraints.txt's pin. The spec's

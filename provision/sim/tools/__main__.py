@@ -21,6 +21,7 @@ TOOLS: dict[str, Callable[[Path, list[str]], int]] = {
     "ibstat": ib.ibstat,
     "modprobe": system.modprobe,
     "lsmod": system.lsmod,
+    "modinfo": system.modinfo,
     "dmesg": system.dmesg,
     "systemctl": system.systemctl,
     "df": system.df,

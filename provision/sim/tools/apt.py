@@ -1,11 +1,13 @@
 """``dpkg-query``, ``apt-get`` and ``apt-mark`` over ``var/lib/dpkg/status`` of a hardware root.
 
 The status file is written in dpkg's own format, so installed and held
-packages are visible to anything that reads it. The "repository" is the list of
-versions the simulator offers (the spec's pins plus realistic neighbours); asking
-for anything else fails the way apt does. Installing a driver branch removes the
-other branch (the real packages conflict); the new kernel module only takes over
-at the next boot, which is what makes "reboot only when needed" testable.
+packages are visible to anything that reads it. ``apt-get install`` knows only what
+``apt-get update`` fetched into ``var/lib/apt/lists`` from the sources the host's
+``etc/apt`` names (:mod:`provision.sim.mirror`: a stock image knows Ubuntu's archive
+alone, a vendor repository answers only with its key in place); asking for anything
+else fails the way apt does. Installing a driver branch removes the other branch (the
+real packages conflict); the new kernel module only takes over at the next boot, which
+is what makes "reboot only when needed" testable.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ import re
 import sys
 from pathlib import Path
 
+from provision.sim import mirror
 from provision.sim.files import replace_file
 from provision.sim.node import load_state, save_state
 from provision.sim.tools.common import ToolError, not_simulated
 
 STATUS = "var/lib/dpkg/status"
+LISTS = "var/lib/apt/lists"
+SOURCES_LIST = "etc/apt/sources.list"
+SOURCES_DIR = "etc/apt/sources.list.d"
 #: Package families whose branches conflict with each other (nvidia-driver-535 vs -550).
 FAMILIES = ("nvidia-driver-", "nvidia-utils-", "nvidia-fabricmanager-", "nvidia-dkms-", "libnvidia-nscq-")
 
@@ -125,12 +131,13 @@ def apt_get(root: Path, args: list[str]) -> int:
         not_simulated("apt-get", " ".join(sorted(unknown)) or "(no command)")
     command, requested = words[0], words[1:]
     if command == "update":
-        print("Reading package lists... Done")
-        return 0
+        if requested:
+            not_simulated("apt-get", "update " + " ".join(requested))
+        return update(root, load_state(root))
     if command not in ("install", "remove", "purge"):
         not_simulated("apt-get", command)
     state = load_state(root)
-    available: dict[str, list[str]] = state["packages_available"]
+    available = known_packages(root)
     packages = read_status(root)
     print("Reading package lists...\nBuilding dependency tree...\nReading state information...")
     if command in ("remove", "purge"):
@@ -192,6 +199,98 @@ def apt_get(root: Path, args: list[str]) -> int:
     return 0
 
 
+def sources(root: Path) -> list[tuple[dict[str, str], str, str, list[str]]]:
+    """The ``deb`` lines of ``sources.list`` and ``sources.list.d/*.list``: (options, URL, suite, components)."""
+    files = [root / SOURCES_LIST, *sorted((root / SOURCES_DIR).glob("*.list"))]
+    found = []
+    for path in files:
+        for line in (path.read_text().splitlines() if path.is_file() else []):
+            words = line.split("#", 1)[0].split()
+            if not words or words[0] != "deb":
+                continue
+            options: dict[str, str] = {}
+            rest = words[1:]
+            if rest and rest[0].startswith("["):
+                closing = next(index for index, word in enumerate(rest) if word.endswith("]"))
+                for option in " ".join(rest[: closing + 1]).strip("[]").split():
+                    key, _, value = option.partition("=")
+                    options[key] = value
+                rest = rest[closing + 1 :]
+            if len(rest) >= 2:
+                found.append((options, rest[0], rest[1], rest[2:]))
+    return found
+
+
+def update(root: Path, state: dict) -> int:
+    """Fetch every source's index the way apt does: a vendor's only when its ``signed-by`` keyring holds the
+    key it signs with, none from a host that does not resolve or a path the server lacks. Lists of sources no
+    longer named are dropped, as apt drops them."""
+    offered: dict[str, dict[str, list[str]]] = state["packages_available"]
+    lists = root / LISTS
+    lists.mkdir(parents=True, exist_ok=True)
+    kept: set[str] = set()
+    notes: list[str] = []
+    failed = False
+    for index, (options, url, suite, components) in enumerate(sources(root), 1):
+        where = mirror.origin(url)
+        name = mirror.list_name(url, suite)
+        release = f"{url} {suite}" + (" " + " ".join(components) if components else "")
+        if where.failure == "unresolved":
+            host = url.split("://", 1)[-1].split("/", 1)[0]
+            print(f"Err:{index} {release} InRelease\n  Temporary failure resolving '{host}'")
+            notes.append(f"W: Failed to fetch {url.rstrip('/')}/InRelease  Temporary failure resolving '{host}'")
+            kept.add(name)  # apt keeps the old index, if any
+            continue
+        if where.failure == "missing" or where.vendor is None:
+            print(f"Ign:{index} {release} InRelease\nErr:{index} {release} Release\n  404  Not Found")
+            notes.append(f"E: The repository '{release} Release' does not have a Release file.")
+            failed = True
+            continue
+        if where.vendor != mirror.UBUNTU:
+            keyring = options.get("signed-by", "")
+            path = root / keyring.lstrip("/") if keyring else None
+            trusted = path is not None and path.is_file() and path.read_text(errors="replace") == \
+                mirror.stand_in_key(where.vendor)
+            if not trusted:
+                print(f"Get:{index} {release} InRelease [1,581 B]\nErr:{index} {release} InRelease")
+                notes += [f"W: GPG error: {release} InRelease: The following signatures couldn't be verified because "
+                          f"the public key is not available: NO_PUBKEY {mirror.key_id(where.vendor)}",
+                          f"E: The repository '{release} InRelease' is not signed."]
+                failed = True
+                kept.add(name)
+                continue
+        if where.vendor in mirror.STACK_PACKAGE:
+            packages = {mirror.STACK_PACKAGE[where.vendor]: [f"{where.release}-1"]}
+        else:
+            packages = offered.get(where.vendor, {})
+        print(f"Get:{index} {release} InRelease [1,581 B]")
+        replace_file(lists / name, mirror.packages_text(packages))
+        kept.add(name)
+    for stale in lists.glob("*_Packages"):
+        if stale.name not in kept:
+            stale.unlink()
+    print("Reading package lists... Done")
+    for note in notes:
+        print(note, file=sys.stderr)
+    return 100 if failed else 0
+
+
+def known_packages(root: Path) -> dict[str, list[str]]:
+    """Every version apt's lists offer (what ``apt-get install`` can choose from)."""
+    available: dict[str, list[str]] = {}
+    for path in sorted((root / LISTS).glob("*_Packages")):
+        for name, versions in mirror.read_packages(path.read_text()).items():
+            available[name] = sorted(set(available.get(name, [])) | set(versions), key=_version_key)
+    return available
+
+
+def write_stock_sources(root: Path, offered: dict[str, dict[str, list[str]]]) -> None:
+    """What a stock install leaves: Ubuntu's archive in sources.list and its index already fetched."""
+    replace_file(root / SOURCES_LIST, mirror.UBUNTU_LINE + "\n")
+    url, suite = mirror.UBUNTU_LINE.split()[1:3]
+    replace_file(root / LISTS / mirror.list_name(url, suite), mirror.packages_text(offered.get(mirror.UBUNTU, {})))
+
+
 def _effects(state: dict, name: str, version: str) -> None:
     """What a package's maintainer scripts would leave behind."""
     upstream = version.split("-")[0]
@@ -208,8 +307,9 @@ def _effects(state: dict, name: str, version: str) -> None:
         state.setdefault("services", {}).setdefault("nvidia-persistenced", {"enabled": False, "active": False})
 
 
-def _older(left: str, right: str) -> bool:
-    def key(version: str) -> list[int]:
-        return [int(part) for part in re.findall(r"\d+", version)]
+def _version_key(version: str) -> list[int]:
+    return [int(part) for part in re.findall(r"\d+", version)]
 
-    return key(left) < key(right)
+
+def _older(left: str, right: str) -> bool:
+    return _version_key(left) < _version_key(right)
