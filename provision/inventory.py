@@ -129,6 +129,7 @@ def build(loaded: LoadedSpec, state_dir: Path) -> dict[str, Any]:
                 "host_tuning_swap": tuning.swap,
                 "package_sources": package_sources(loaded),
                 "package_sources_list": SOURCES_LIST,
+                "kernel_cmdline_parameters": ["iommu=pt"] if spec.host.iommu == "passthrough" else [],
                 **runtime_vars(loaded),
             },
             "hosts": {node.name: host_vars(loaded, node, state_dir) for node in loaded.nodes},

@@ -125,9 +125,10 @@ def test_a_probe_that_cannot_run_is_unknown_never_ok() -> None:
     expect = preflight.Expectations(
         gpu_count=8, gpu_model="H100-SXM-80GB", driver="535.183.01", gpu_pcie=(5, 16), hca_pcie=(5, 16),
         rail_hcas=("mlx5_0",), link_gbps=400, nvlink_links=18, gpudirect="peermem", acs_disable=True,
-        acs_scope="gpu_hca_paths", thresholds={"corrected_ecc": 1, "gpu_temperature_c": 84, "disk_usage_percent": 95})
+        acs_scope="gpu_hca_paths", thresholds={"corrected_ecc": 1, "gpu_temperature_c": 84, "disk_usage_percent": 95},
+        iommu="passthrough")
     results = preflight.evaluate(gathered, expect)
     by_check = {result.check: result.outcome for result in results}
     for check in ("gpu_count", "driver", "ecc", "row_remap", "xid", "kernel_log", "pcie_link", "acs", "ib_ports",
-                  "nvlink", "throttle", "disk"):
+                  "nvlink", "throttle", "disk", "iommu"):
         assert by_check[check] is Outcome.UNKNOWN, check

@@ -72,6 +72,7 @@ def test_converged_hosts_are_what_the_spec_says(provisioned) -> None:
             "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/ /",
             "deb [signed-by=/etc/apt/keyrings/provision-nvidia-doca.asc] "
             "https://linux.mellanox.com/public/repo/doca/2.9.1/ubuntu22.04/x86_64/ ./"]
+        assert (host.root / "proc/cmdline").read_text().split()[-1] == "iommu=pt", "host.iommu: passthrough"
         in_memory = (host.root / "sys/module/ib_core/srcversion").read_text().strip()
         assert in_memory == host.run("modinfo", "-F", "srcversion", "ib_core").stdout.strip(), \
             "rebooted into OFED's ib_core, which the stock image's running stack was not"

@@ -194,6 +194,22 @@ def test_a_stock_image_reaches_the_vendors_only_through_signed_sources(tmp_path:
     assert host.run("python3", "-m", "venv", "--without-pip", str(tmp_path / "runtime")).returncode == 0
 
 
+def test_kernel_parameters_take_effect_at_the_boot_after_update_grub(tmp_path: Path) -> None:
+    state, _ = bring_up(tmp_path, [], hosts="sim01")
+    host = SimHost(state, "sim01")
+    booted = (host.root / "proc/cmdline").read_text()
+    (host.root / "etc/default/grub.d/60-provision.cfg").write_text(
+        'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT iommu=pt"\n')
+    host.run("reboot")
+    assert (host.root / "proc/cmdline").read_text() == booted, "a drop-in alone changes nothing: grub.cfg does"
+    generated = host.run("update-grub")
+    assert "Sourcing file `/etc/default/grub.d/60-provision.cfg'" in generated.stderr
+    assert (host.root / "proc/cmdline").read_text() == booted, "the running kernel keeps its command line"
+    host.run("reboot")
+    words = (host.root / "proc/cmdline").read_text().split()
+    assert words[-2:] == ["intel_iommu=on", "iommu=pt"] and words[0].startswith("BOOT_IMAGE=/vmlinuz-"), words
+
+
 def test_driver_lifecycle_install_load_mismatch_reboot(tmp_path: Path) -> None:
     state, _ = bring_up(tmp_path, [{"kind": "wrong_driver", "node": "sim01", "params": {"version": "550.54.15"}}])
     fresh, drifted = SimHost(state, "sim02").add_vendor_sources(), SimHost(state, "sim01").add_vendor_sources()

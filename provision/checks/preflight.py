@@ -28,7 +28,8 @@ from provision.hostsession import CommandResult, HostSession
 PROBES: tuple[Fact[Any], ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
                             nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, lspci.LSPCI,
                             infiniband.IBSTAT, system.DF, packages.FABRIC_MANAGER)
-FILES: tuple[Fact[Any], ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES, packages.DPKG_STATUS)
+FILES: tuple[Fact[Any], ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES, packages.DPKG_STATUS,
+                                system.CMDLINE)
 LINKS: tuple[Fact[Any], ...] = (lspci.PCI_DEVICES, infiniband.INFINIBAND)
 GPU_FIELDS, REMAP_FIELDS = nvidia_smi.GPU_FIELDS, nvidia_smi.REMAP_FIELDS
 
@@ -72,6 +73,7 @@ class Expectations:
     allowlist: tuple[re.Pattern[str], ...] = ()
     rails: tuple[tuple[str, int], ...] = ()  # (HCA, the GPU index the spec pairs it with)
     nvswitch: bool = False  # an NVSwitch board: CUDA needs nvidia-fabricmanager running
+    iommu: str = "unchanged"  # host.iommu: ``passthrough`` means the kernel must have booted with iommu=pt
 
 
 @dataclass
@@ -432,6 +434,22 @@ def check_acs(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
                     "re-run provision apply (pcie_acs); check that provision-acs.service ran at boot")]
 
 
+def check_iommu(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """The mode the running kernel booted with, read back from ``/proc/cmdline``: a GRUB setting written but never
+    booted into (no reboot, ``update-grub`` not run) leaves the translated IOMMU on every DMA of GPUDirect RDMA."""
+    if expect.iommu == "unchanged":
+        return [CheckResult("iommu", Outcome.SILENCED, "host.iommu is unchanged: not checked")]
+    text = gathered.files.get("cmdline")
+    if text is None:
+        raise Unknown("/proc/cmdline could not be read")
+    mode = system.CMDLINE.parse(text).value("iommu")
+    booted = f"iommu={mode}" if mode else "no iommu="
+    failures = [] if mode == "pt" else [f"the kernel booted with {booted} where host.iommu is passthrough (iommu=pt)"]
+    return [_result("iommu", failures, "booted with iommu=pt",
+                    "re-run provision apply (kernel_cmdline): the host must reboot into it",
+                    evidence=[text.strip()[:300]])]
+
+
 def check_ib_ports(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     hcas = _parse(gathered, infiniband.IBSTAT)
     failures = []
@@ -596,6 +614,7 @@ CHECKS: dict[tuple[str, ...], Evaluator] = {
     ("rail_map",): check_rail_map,
     ("peermem",): check_peermem,
     ("acs",): check_acs,
+    ("iommu",): check_iommu,
     ("ib_ports",): check_ib_ports,
     ("nvlink",): check_nvlink,
     ("nvlink_errors",): check_nvlink_errors,

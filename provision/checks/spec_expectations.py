@@ -28,6 +28,7 @@ def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
         rail_hcas=tuple(hca for hca, _ in sorted(profile.rails.items(), key=lambda item: item[1])),
         link_gbps=spec.fabric.link_gbps, nvlink_links=gpu.nvlink_links if profile.nvlink.present else 0,
         gpudirect=spec.host.gpudirect, acs_disable=spec.host.pcie_acs.disable, acs_scope=spec.host.pcie_acs.scope,
+        iommu=spec.host.iommu,
         thresholds={name: threshold.value for name, threshold in limits.items()},
         uuid_blocklist=frozenset(uuid.upper() for uuid in spec.burnin.uuid_blocklist),
         allowlist=tuple(kernel_allowlist.load(allowlist_file)),

@@ -10,7 +10,7 @@ from provision.facts.fact import Fact
 FACTS: dict[str, Fact[Any]] = {fact.name: fact for fact in (
     nvidia_smi.GPUS, nvidia_smi.GPU_QUERY_FIELDS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
     nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, lspci.LSPCI, lspci.PCI_DEVICES,
-    infiniband.IBSTAT, infiniband.INFINIBAND, system.DF, system.SWAPS, packages.MODULES, packages.PEERMEM_REGISTRATION,
-    packages.FABRIC_MANAGER, packages.DPKG_STATUS,
+    infiniband.IBSTAT, infiniband.INFINIBAND, system.DF, system.SWAPS, system.CMDLINE, packages.MODULES,
+    packages.PEERMEM_REGISTRATION, packages.FABRIC_MANAGER, packages.DPKG_STATUS,
     nccl_tests.ALL_REDUCE_PERF, slurm.SLURM_NODES, slurm.SINFO, nvidia_smi.QUERY_XML,
 )}

@@ -1,7 +1,8 @@
-"""Parse ``df -P`` and ``/proc/swaps``: the disk and swap facts of a host. Pure functions."""
+"""Parse ``df -P``, ``/proc/swaps`` and ``/proc/cmdline``: the disk, swap and boot facts of a host. Pure functions."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from provision.facts import fact
@@ -53,5 +54,35 @@ def parse_swaps(text: str) -> list[SwapArea]:
     return areas
 
 
+@dataclass(frozen=True)
+class KernelCommandLine:
+    """The parameters the running kernel was booted with, in order (a later one of a name wins, as the kernel
+    reads them)."""
+
+    words: tuple[str, ...]
+
+    def value(self, name: str) -> str | None:
+        """``name=value``'s value, ``""`` for a bare flag, None when absent; the last occurrence wins."""
+        found = None
+        for word in self.words:
+            key, equals, value = word.partition("=")
+            if key == name:
+                found = value if equals else ""
+        return found
+
+
+def parse_cmdline(text: str) -> KernelCommandLine:
+    """One line, words split as the kernel splits them (double quotes may hold spaces: ``param="a b"``)."""
+    lines = text.splitlines()
+    if len(lines) != 1 or not lines[0].strip():
+        raise ValueError(f"not one command line: {len(lines)} line(s)")
+    try:
+        words = shlex.split(lines[0], posix=True)
+    except ValueError as error:
+        raise ValueError(f"unbalanced quotes in the command line: {error}") from error
+    return KernelCommandLine(tuple(words))
+
+
 DF = fact.command("df", ["df", "-P"], parse_df)
 SWAPS = fact.file("swaps", "/proc/swaps", parse_swaps)
+CMDLINE = fact.file("cmdline", "/proc/cmdline", parse_cmdline)

@@ -70,15 +70,26 @@ def materialize_shared(root: Path, hardware: NodeHardware, *, kernel: str, link_
         os.symlink(os.path.relpath(device_dir, sys_root / "class" / "infiniband"),
                    sys_root / "class" / "infiniband" / hca.name)
     for directory in ("etc/modules-load.d", "etc/modprobe.d", "etc/systemd/system", "etc/apt/preferences.d",
-                      "etc/apt/apt.conf.d", "etc/apt/sources.list.d", "etc/apt/keyrings",
+                      "etc/apt/apt.conf.d", "etc/apt/sources.list.d", "etc/apt/keyrings", "etc/default/grub.d",
                       "etc/security/limits.d", "etc/sysctl.d",
                       "usr/lib/modules", "usr/local/sbin", "tmp", "sys/module"):
         (root / directory).mkdir(parents=True, exist_ok=True)
     write(root / "etc/os-release", 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
                                    'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nID=ubuntu\nID_LIKE=debian\n')
-    write(root / "proc/cmdline", f"BOOT_IMAGE=/vmlinuz-{kernel} root=/dev/nvme0n1p2 ro intel_iommu=on\n")
+    write(root / "proc/cmdline", f"BOOT_IMAGE=/vmlinuz-{kernel} {ROOT_ARGS} {BOOT_ARGS}\n")
+    write(root / GRUB_DEFAULTS, GRUB_TEXT)
     write(root / RING_FILE, "".join(f"[{seconds:12.6f}] {line}\n" for seconds, line in _stamped(boot_lines)))
     write(root / "var/lib/dpkg/status", "")
+
+
+#: What a stock install's GRUB gives every boot: the root filesystem, and the IOMMU on (as HGX BIOSes ship it).
+ROOT_ARGS = "root=/dev/nvme0n1p2 ro"
+BOOT_ARGS = "intel_iommu=on"
+GRUB_DEFAULTS = "etc/default/grub"
+GRUB_CONFIG = "boot/grub/grub.cfg"
+GRUB_TEXT = ("# If you change this file, run 'update-grub' afterwards to update\n# /boot/grub/grub.cfg.\n"
+             'GRUB_DEFAULT=0\nGRUB_TIMEOUT_STYLE=hidden\nGRUB_TIMEOUT=0\nGRUB_CMDLINE_LINUX_DEFAULT=""\n'
+             f'GRUB_CMDLINE_LINUX="{BOOT_ARGS}"\n')
 
 
 #: CPUs a simulated host shows in sysfs (a real HGX host has ~200; a few are enough to tune and check).

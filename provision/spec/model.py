@@ -234,7 +234,8 @@ class HostTuning(Strict):
 class HostPolicy(Strict):
     gpudirect: Literal["peermem", "dmabuf", "off"] = "peermem"
     pcie_acs: PcieAcsPolicy = PcieAcsPolicy()
-    #: ``passthrough`` is refused until a role sets the kernel command line (see docs/spec.md).
+    #: ``passthrough``: the kernel_cmdline role adds ``iommu=pt`` through a GRUB drop-in, the host boots into it
+    #: (with the driver's reboot, one reboot for both) and the ``iommu`` check reads it back from /proc/cmdline.
     iommu: Literal["passthrough", "unchanged"] = "unchanged"
     #: How long a host may take to come back from a reboot before it is called hung (and, with a bmc: section,
     #: power-cycled through its BMC). Servers with 2 TB of memory and 8 GPUs take minutes to POST.

@@ -108,9 +108,6 @@ def _refuse_unread_keys(spec: ClusterSpec, problems: list[Problem]) -> None:
     if spec.software is not None and spec.software.nccl is not None:
         problems.append(Problem(("software", "nccl"), f"{NOT_YET}: NCCL comes with the nodes' torch wheel and no "
                                 "check compares its version with a pin yet", "remove the key"))
-    if spec.host is not None and spec.host.iommu == "passthrough":
-        problems.append(Problem(("host", "iommu"), f"{NOT_YET}: no role sets the kernel command line yet (a GRUB "
-                                "drop-in and a reboot)", "write iommu: unchanged and set iommu=pt in your image"))
 
 
 def _expand_groups(spec: ClusterSpec, problems: list[Problem]) -> dict[str, list[str]]:

@@ -26,6 +26,7 @@ TOOLS: dict[str, Callable[[Path, list[str]], int]] = {
     "systemctl": system.systemctl,
     "df": system.df,
     "reboot": system.reboot,
+    "update-grub": system.update_grub,
     "swapoff": system.swapoff,
     "shutdown": system.reboot,
     "dpkg-query": apt.dpkg_query,

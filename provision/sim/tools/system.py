@@ -23,7 +23,18 @@ from pathlib import Path
 from provision.hostmodel.pciconfig import ECAP_ACS, extended_capabilities, write
 from provision.sim import kernel_log
 from provision.sim.files import replace_file
-from provision.sim.node import ACS_STATE_KEY, HCA_MODULES, INBOX, RING_FILE, append_kernel_log, load_state, save_state
+from provision.sim.node import (
+    ACS_STATE_KEY,
+    GRUB_CONFIG,
+    GRUB_DEFAULTS,
+    HCA_MODULES,
+    INBOX,
+    RING_FILE,
+    ROOT_ARGS,
+    append_kernel_log,
+    load_state,
+    save_state,
+)
 from provision.sim.tools.common import ToolError, not_simulated, privileged
 
 MODULE_SIZES = {"nvidia": 62_652_416, "nvidia_uvm": 1_527_808, "nvidia_modeset": 1_314_816,
@@ -373,6 +384,9 @@ def power_on(root: Path) -> int:
         service["active"] = bool(service.get("enabled"))
     _restore_firmware_acs(root, state)
     replace_file(root / "proc" / "swaps", _swap_from_fstab(root))
+    command_line = _booted_command_line(root)
+    if command_line:
+        replace_file(root / "proc" / "cmdline", command_line)
     replace_file(root / "proc" / "sys" / "kernel" / "numa_balancing", _sysctl_numa(root))
     for governor in (root / "sys" / "devices" / "system" / "cpu").glob("cpu[0-9]*/cpufreq/scaling_governor"):
         replace_file(governor, BOOT_GOVERNOR + "\n")  # the kernel's default at boot: a sysfs write is gone
@@ -401,6 +415,40 @@ def power_on(root: Path) -> int:
         _run_unit(root, unit)
     print("Rebooting.", file=sys.stderr)
     return 0
+
+
+def update_grub(root: Path, args: list[str]) -> int:
+    """``update-grub``: GRUB's defaults and every ``/etc/default/grub.d/*.cfg`` sourced by the shell, as
+    grub-mkconfig sources them, into the kernel line of ``/boot/grub/grub.cfg`` that the next boot reads."""
+    if args:
+        not_simulated("update-grub", " ".join(args))
+    if not privileged():
+        raise ToolError("grub-mkconfig: You must run this as root", 1)
+    drop_ins = sorted((root / "etc" / "default" / "grub.d").glob("*.cfg"))
+    script = ". ./" + GRUB_DEFAULTS + "".join(f"; . './{path.relative_to(root)}'" for path in drop_ins) + \
+        '; printf %s "$GRUB_CMDLINE_LINUX $GRUB_CMDLINE_LINUX_DEFAULT"'
+    result = subprocess.run(["sh", "-c", script], cwd=root, capture_output=True, text=True, timeout=10, check=False)
+    if result.returncode != 0:
+        raise ToolError(f"/etc/default/grub: {result.stderr.strip()}", 1)
+    kernel = load_state(root)["kernel"]
+    arguments = " ".join(result.stdout.split())
+    replace_file(root / GRUB_CONFIG, f"menuentry 'Ubuntu' {{\n\tlinux\t/boot/vmlinuz-{kernel} {ROOT_ARGS} {arguments}\n"
+                                     f"\tinitrd\t/boot/initrd.img-{kernel}\n}}\n")
+    for line in ["Sourcing file `/etc/default/grub'",
+                 *(f"Sourcing file `/{path.relative_to(root)}'" for path in drop_ins),
+                 "Generating grub configuration file ...", f"Found linux image: /boot/vmlinuz-{kernel}", "done"]:
+        print(line, file=sys.stderr)
+    return 0
+
+
+def _booted_command_line(root: Path) -> str | None:
+    """The kernel line the boot loader hands over, from grub.cfg as update-grub last wrote it (None: never run)."""
+    config = root / GRUB_CONFIG
+    for line in config.read_text().splitlines() if config.exists() else []:
+        words = line.split()
+        if words and words[0] == "linux":
+            return f"BOOT_IMAGE={words[1].removeprefix('/boot')} {' '.join(words[2:])}\n".replace("  ", " ")
+    return None
 
 
 def _sysctl_numa(root: Path) -> str:
