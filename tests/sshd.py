@@ -56,6 +56,8 @@ class LoopbackSshd:
     port: int = 0
     known: list[str] = field(default_factory=list)
     max_startups: str | None = None  # None: sshd's default, as a bastion has it
+    #: Per host, where one sshd (a bastion) is stricter than the others.
+    max_startups_at: dict[str, str] = field(default_factory=dict)
     #: Hosts whose sshd logs every accepted login to ``sshd_<host>.log`` (see :meth:`logins`).
     logged: tuple[str, ...] = ()
 
@@ -87,7 +89,8 @@ class LoopbackSshd:
             f"ListenAddress {address}:{self.port}", f"HostKey {key}",
             f"AuthorizedKeysFile {self.work / 'authorized_keys'}", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "PidFile none",
-            *([f"MaxStartups {self.max_startups}"] if self.max_startups else []),  # else sshd's 10:30:100
+            *([f"MaxStartups {limit}"] if (limit := self.max_startups_at.get(host, self.max_startups))
+              else []),  # else sshd's 10:30:100
             f"AllowUsers {USER}", f"LogLevel {'INFO' if host in self.logged else 'ERROR'}"]) + "\n")
         kind, public, *_ = (self.work / f"host_{host}.pub").read_text().split(" ")
         self.known.append(f"[{address}]:{self.port} {kind} {public}")
