@@ -53,9 +53,18 @@ class SimHost:
             raise AssertionError(f"{command} exited {result.returncode}: {result.stderr}")
         return result
 
+    def first_boot_done(self) -> SimHost:
+        """The stock image's first-boot unattended-upgrades have finished: dpkg's lock is free (a test that runs
+        apt-get by hand need not wait for it, as pinned_packages does)."""
+        state = load_state(self.root)
+        state["dpkg_lock_until"] = 0.0
+        save_state(self.root, state)
+        return self
+
     def add_vendor_sources(self) -> SimHost:
         """What the package_sources role leaves on a stock image (the example's repositories, each with its key),
         and apt's lists fetched: the vendors' packages become installable by hand."""
+        self.first_boot_done()
         for repository in yaml.safe_load(example_text())["software"]["repositories"]:
             keyring = f"etc/apt/keyrings/provision-{repository['name']}.asc"
             (self.root / keyring).write_bytes(Path(repository["key"]).read_bytes())

@@ -31,7 +31,7 @@ def host(tmp_path_factory) -> SimHost:
                                     {"kind": "pcie_downtrained", "node": "sim01", "target": "gpu3",
                                      "params": {"width": 8}},
                                     {"kind": "xid", "node": "sim01", "target": "gpu4", "params": {"code": 119}}])
-    simulated = SimHost(state, "sim01")
+    simulated = SimHost(state, "sim01").add_vendor_sources()
     simulated.run("apt-get", "install", "-y", f"nvidia-driver-535={PINNED}-1")
     simulated.run("modprobe", "nvidia")
     return simulated

@@ -48,7 +48,7 @@ HEALTHY = {"gpus": "gpus/h100_healthy", "remapped_rows": "remapped_rows/healthy"
            "topology": "topology/two_gpus_one_rail", "fabric_manager": "fabric_manager/active",
            "dpkg_status": "dpkg_status/driver_535",
            "modules": "modules/peermem_loaded", "pci_devices": "pci_devices/one_device",
-           "infiniband": "infiniband/one_device"}
+           "infiniband": "infiniband/one_device", "cmdline": "cmdline/ubuntu_server"}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def host() -> tuple[preflight.Gathered, preflight.Expectations]:
         outputs={probe.name: output(probe.name) for probe in preflight.PROBES},
         files={probe.name: output(probe.name) for probe in preflight.FILES},
         links={probe.name: output(probe.name) for probe in preflight.LINKS})
-    return gathered, _expectations({"allowlist": "builtin"})
+    return gathered, _expectations({"allowlist": "builtin", "iommu": "passthrough"})
 
 
 def _evaluate(gathered: preflight.Gathered, expect: preflight.Expectations) -> dict[str, Outcome]:

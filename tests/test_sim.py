@@ -162,6 +162,11 @@ def test_a_stock_image_reaches_the_vendors_only_through_signed_sources(tmp_path:
     python3 -m venv (no python3-venv), a vendor source without its key, a release or distribution the server lacks."""
     state, _ = bring_up(tmp_path, [], hosts="sim01")
     host = SimHost(state, "sim01")
+    locked = host.run("apt-get", "install", "-y", "python3-venv", check=False)  # first boot: upgrades running
+    assert locked.returncode == 100 and "It is held by process 1873 (unattended-upgr)" in locked.stderr
+    waited = host.run("apt-get", "-o", "DPkg::Lock::Timeout=30", "install", "-y", "python3-venv", check=False)
+    assert waited.returncode == 0 and "Waiting for cache lock" in waited.stderr, waited.stderr
+    host.run("apt-get", "remove", "-y", "python3-venv")
     for package in ("doca-ofed", "nvidia-driver-535", "cuda-toolkit-12-2"):
         refused = host.run("apt-get", "install", "-y", package, check=False)
         assert refused.returncode == 100 and f"Unable to locate package {package}" in refused.stderr

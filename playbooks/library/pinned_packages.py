@@ -62,6 +62,9 @@ def parse_query(output: str) -> dict[str, tuple[str, bool]]:
     return found
 
 
+#: How long apt-get waits for dpkg's lock (unattended-upgrades on a fresh node's first boot) before failing.
+LOCK_TIMEOUT_S = 900
+
 #: What apt-get says when its lists lack a package or a version (a refresh may bring it).
 NOT_IN_LISTS = ("Unable to locate package", "was not found", "has no installation candidate")
 
@@ -98,7 +101,9 @@ def main() -> None:
         module.exit_json(changed=changed, installed=install, held=to_hold, diff=diff)
     environment = {"DEBIAN_FRONTEND": "noninteractive"}
     if install:
-        command = ["apt-get", "install", "-y", "--allow-downgrades", "--allow-change-held-packages"]
+        # a fresh node's first boot runs unattended-upgrades, which holds dpkg's lock for minutes: wait for it
+        command = ["apt-get", "-o", f"DPkg::Lock::Timeout={LOCK_TIMEOUT_S}", "install", "-y", "--allow-downgrades",
+                   "--allow-change-held-packages"]
         if module.params["reinstall"]:
             command.append("--reinstall")
         command += [name if pins[name] == "*" else f"{name}={pins[name]}*" for name in install]

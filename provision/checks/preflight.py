@@ -440,8 +440,8 @@ def check_iommu(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     if expect.iommu == "unchanged":
         return [CheckResult("iommu", Outcome.SILENCED, "host.iommu is unchanged: not checked")]
     text = gathered.files.get("cmdline")
-    if text is None:
-        raise Unknown("/proc/cmdline could not be read")
+    if text is None or "cmdline" in gathered.problems:
+        raise Unknown(gathered.problems.get("cmdline", "/proc/cmdline could not be read"))
     mode = system.CMDLINE.parse(text).value("iommu")
     booted = f"iommu={mode}" if mode else "no iommu="
     failures = [] if mode == "pt" else [f"the kernel booted with {booted} where host.iommu is passthrough (iommu=pt)"]

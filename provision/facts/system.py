@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -71,6 +72,10 @@ class KernelCommandLine:
         return found
 
 
+#: A parameter's name (``nvme_core.default_ps_max_latency_us``, ``rd.driver.blacklist``, ``--`` before init's).
+PARAMETER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
 def parse_cmdline(text: str) -> KernelCommandLine:
     """One line, words split as the kernel splits them (double quotes may hold spaces: ``param="a b"``)."""
     lines = text.splitlines()
@@ -80,6 +85,9 @@ def parse_cmdline(text: str) -> KernelCommandLine:
         words = shlex.split(lines[0], posix=True)
     except ValueError as error:
         raise ValueError(f"unbalanced quotes in the command line: {error}") from error
+    odd = [word for word in words if not PARAMETER_NAME.match(word.partition("=")[0])]
+    if odd:  # a prefix added on the way (``host17 | ...``) or another file: not a parameter the kernel takes
+        raise ValueError(f"not a kernel parameter: {odd[0][:40]!r}")
     return KernelCommandLine(tuple(words))
 
 

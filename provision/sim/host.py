@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from provision.sim.tools.apt import package_entry, write_status, write_stock_sou
 from provision.sim.tools.system import write_modules
 
 RECIPE = "recipe.json"
+#: How long unattended-upgrades holds dpkg's lock after a stock host first comes up (minutes on a real host; a
+#: few seconds here, enough that an apt-get which does not wait for the lock fails as it would in the field).
+FIRST_BOOT_UPGRADES_S = 4.0
 READY = ".materialized"
 
 
@@ -75,6 +79,8 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
     state["address"] = recipe["address"]
     state["packages_available"] = recipe["repository"]
     state["collective_semantics"] = recipe.get("collective_semantics", "gloo")
+    # a stock image's first boot: unattended-upgrades installs the archive's updates and holds dpkg's lock
+    state["dpkg_lock_until"] = time.time() + FIRST_BOOT_UPGRADES_S
     write_status(root, {"linux-image-" + kernel: package_entry("linux-image-" + kernel,
                                                                kernel.rsplit("-", 1)[0] + ".122")})
     context = NodeContext(root, hardware, state, recipe["link_rate"])

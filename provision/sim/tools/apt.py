@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 from provision.sim import mirror
@@ -121,9 +122,26 @@ def apt_mark(root: Path, args: list[str]) -> int:
     return 0
 
 
+#: The options apt-get is given with ``-o`` that the stand-in understands.
+KNOWN_OPTIONS = ("DPkg::Lock::Timeout",)
+#: Who holds dpkg's lock on a stock image's first boot (the upgrades it installs take minutes on a real host).
+LOCK_HOLDER = "process 1873 (unattended-upgr)"
+
+
 def apt_get(root: Path, args: list[str]) -> int:
-    flags = {arg for arg in args if arg.startswith("-")}
-    words = [arg for arg in args if not arg.startswith("-")]
+    options: dict[str, str] = {}
+    rest: list[str] = []
+    pending = iter(args)
+    for arg in pending:
+        if arg == "-o":
+            name, _, value = next(pending, "").partition("=")
+            if name not in KNOWN_OPTIONS:
+                not_simulated("apt-get", f"-o {name}")
+            options[name] = value
+        else:
+            rest.append(arg)
+    flags = {arg for arg in rest if arg.startswith("-")}
+    words = [arg for arg in rest if not arg.startswith("-")]
     known = {"-y", "-q", "-qq", "--yes", "--quiet", "--allow-downgrades", "--allow-change-held-packages",
              "--no-install-recommends", "--reinstall"}
     unknown = flags - known
@@ -136,6 +154,7 @@ def apt_get(root: Path, args: list[str]) -> int:
         return update(root, load_state(root))
     if command not in ("install", "remove", "purge"):
         not_simulated("apt-get", command)
+    _wait_for_dpkg_lock(load_state(root), float(options.get("DPkg::Lock::Timeout", "0") or 0))
     state = load_state(root)
     available = known_packages(root)
     packages = read_status(root)
@@ -197,6 +216,23 @@ def apt_get(root: Path, args: list[str]) -> int:
         save_state(root, state)
     print(f"{len(plan)} upgraded, newly installed or unchanged.")
     return 0
+
+
+def _wait_for_dpkg_lock(state: dict, timeout_s: float) -> None:
+    """A stock image's first boot runs unattended-upgrades, which holds dpkg's frontend lock while it installs:
+    apt-get fails at once, as apt does, unless told to wait (``-o DPkg::Lock::Timeout=SECONDS``)."""
+    remaining = float(state.get("dpkg_lock_until", 0.0)) - time.time()
+    if remaining <= 0:
+        return
+    lock = f"Could not get lock /var/lib/dpkg/lock-frontend. It is held by {LOCK_HOLDER}"
+    if timeout_s < remaining:
+        if timeout_s > 0:
+            time.sleep(timeout_s)
+        raise ToolError(f"E: {lock}\nN: Be aware that removing the lock file is not a solution and may break your "
+                        "system.\nE: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), is "
+                        "another process using it?", 100)
+    print(f"Waiting for cache lock: {lock}... {int(remaining)}s", file=sys.stderr)
+    time.sleep(remaining)
 
 
 def sources(root: Path) -> list[tuple[dict[str, str], str, str, list[str]]]:
