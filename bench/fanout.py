@@ -34,7 +34,7 @@ import yaml
 from bench.simulated import example
 from provision.state.lifecycle import NodeState
 from provision.state.store import StateStore
-from tests.sshd import USER, LoopbackSshd, hand_to_login_user, run, stop, wait_listening
+from tests.sshd import USER, LoopbackSshd, hand_to_login_user, login_user_sudo, start_all, stop
 
 BASTION = "127.0.2.1"
 SUDOERS = Path("/etc/sudoers.d/provision-bench")
@@ -76,15 +76,12 @@ def one_size(hosts: int) -> dict[str, Any]:
     addresses = {f"sim{index:03d}": f"127.0.3.{index}" for index in range(1, hosts + 1)}
     work = Path(tempfile.mkdtemp(prefix="bench-fanout-", dir="/tmp"))
     daemons: list[subprocess.Popen[bytes]] = []
+    sudo = None
     try:
         servers = LoopbackSshd(work, {"bastion": BASTION, **addresses}, logged=("bastion",))
-        subprocess.run(["chpasswd"], input=f"{USER}:{PASSWORD}\n", text=True, check=True, timeout=30)
-        SUDOERS.write_text(f"{USER} ALL=(ALL) ALL\n")
-        SUDOERS.chmod(0o440)
-        for host, address in {"bastion": BASTION, **addresses}.items():
-            daemons.append(subprocess.Popen(servers.command(host), stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL))
-            wait_listening(address, servers.port)
+        sudo = login_user_sudo(PASSWORD, SUDOERS)
+        sudo.__enter__()
+        start_all(servers, {"bastion": BASTION, **addresses}, daemons)
         data = example()
         data["nodes"]["groups"][0].update(hosts=f"sim[001-{hosts:03d}]", address_start=addresses["sim001"])
         data["fabric"].update(hosts_per_su=32, switch_radix=64)
@@ -127,8 +124,8 @@ def one_size(hosts: int) -> dict[str, Any]:
                     "hosts": len(verdicts), "lost": lost + sorted(set(addresses) - {v["node"] for v in verdicts})}
         return {"hosts": hosts, "play": play, "campaign": campaign}
     finally:
-        SUDOERS.unlink(missing_ok=True)
-        run("usermod", "-p", "*", USER)
+        if sudo is not None:
+            sudo.__exit__(None, None, None)
         stop(daemons)
         shutil.rmtree(work, ignore_errors=True)
 

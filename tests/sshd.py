@@ -115,6 +115,29 @@ class LoopbackSshd:
         return section
 
 
+@contextlib.contextmanager
+def login_user_sudo(password: str, sudoers: Path = Path("/etc/sudoers.d/provision-test")) -> Iterator[None]:
+    """For the block, this machine's login user becomes root through sudo with ``password``, as on hosts where
+    sudo is not passwordless (hosts presented on a prefix are this machine's tools: its sudoers is theirs); the
+    password is locked again after it."""
+    subprocess.run(["chpasswd"], input=f"{USER}:{password}\n", text=True, check=True, timeout=30)
+    sudoers.write_text(f"{USER} ALL=(ALL) ALL\n")
+    sudoers.chmod(0o440)
+    try:
+        yield
+    finally:
+        sudoers.unlink(missing_ok=True)
+        run("usermod", "-p", "*", USER)
+
+
+def start_all(servers: LoopbackSshd, addresses: dict[str, str], daemons: list[subprocess.Popen[bytes]]) -> None:
+    """One plain sshd per host (appended to ``daemons`` as each starts, for the caller to stop), each listening
+    before the next starts."""
+    for host, address in addresses.items():
+        daemons.append(subprocess.Popen(servers.command(host), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        wait_listening(address, servers.port)
+
+
 def hand_to_login_user(state: Path, hosts: list[str]) -> None:
     """Build the simulated hosts, then give them to the login user, who changes them over SSH (the folders above
     them must let that user through)."""

@@ -24,12 +24,11 @@ import yaml
 from provision.state.lifecycle import NodeState
 from provision.state.store import StateStore
 from tests.conftest import example_text, run_cli
-from tests.sshd import SSHD, USER, LoopbackSshd, hand_to_login_user, run, stop, wait_listening
+from tests.sshd import SSHD, USER, LoopbackSshd, hand_to_login_user, login_user_sudo, start_all, stop
 
 HOSTS = 16
 BASTION = "127.0.0.90"
 ADDRESSES = {f"sim{index:02d}": f"127.0.0.{100 + index}" for index in range(1, HOSTS + 1)}
-SUDOERS = Path("/etc/sudoers.d/provision-test")
 PASSWORD = "fanout-staple-7c1e"
 BECOME = {"PROVISION_BECOME_PASSWORD": PASSWORD}
 #: Not the kernel the simulated hosts run (5.15.0-112-generic): the preflight role refuses each host at once.
@@ -47,29 +46,22 @@ def fleet():
     try:
         servers = LoopbackSshd(work, {"bastion": BASTION, **ADDRESSES}, max_startups_at={"bastion": "3:50:6"},
                                logged=("bastion",))
-        subprocess.run(["chpasswd"], input=f"{USER}:{PASSWORD}\n", text=True, check=True, timeout=30)
-        SUDOERS.write_text(f"{USER} ALL=(ALL) ALL\n")
-        SUDOERS.chmod(0o440)
-        for host, address in {"bastion": BASTION, **ADDRESSES}.items():
-            daemons.append(subprocess.Popen(servers.command(host), stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.PIPE))
-            wait_listening(address, servers.port)
-        data = yaml.safe_load(example_text())
-        data["nodes"]["groups"][0]["hosts"] = f"sim[01-{HOSTS}]"
-        data["nodes"]["groups"][0]["address_start"] = ADDRESSES["sim01"]
-        data["connection"] = {**servers.connection(forks=HOSTS, become_password_env=next(iter(BECOME))),
-                              "jump_host": f"{USER}@{BASTION}:{servers.port}"}
-        data["burnin"]["stages"] = ["preflight"]
-        data["simulation"] = {"seed": 11, "faults": []}
-        spec = work / "spec.yaml"
-        spec.write_text(yaml.safe_dump(data, sort_keys=False))
-        assert run_cli("apply", str(spec), "--phases", "simulate,register").returncode == 0
-        state = work / ".provision" / "sim16"
-        hand_to_login_user(state, list(ADDRESSES))
-        yield spec, state, servers
+        with login_user_sudo(PASSWORD):
+            start_all(servers, {"bastion": BASTION, **ADDRESSES}, daemons)
+            data = yaml.safe_load(example_text())
+            data["nodes"]["groups"][0]["hosts"] = f"sim[01-{HOSTS}]"
+            data["nodes"]["groups"][0]["address_start"] = ADDRESSES["sim01"]
+            data["connection"] = {**servers.connection(forks=HOSTS, become_password_env=next(iter(BECOME))),
+                                  "jump_host": f"{USER}@{BASTION}:{servers.port}"}
+            data["burnin"]["stages"] = ["preflight"]
+            data["simulation"] = {"seed": 11, "faults": []}
+            spec = work / "spec.yaml"
+            spec.write_text(yaml.safe_dump(data, sort_keys=False))
+            assert run_cli("apply", str(spec), "--phases", "simulate,register").returncode == 0
+            state = work / ".provision" / "sim16"
+            hand_to_login_user(state, list(ADDRESSES))
+            yield spec, state, servers
     finally:
-        SUDOERS.unlink(missing_ok=True)
-        run("usermod", "-p", "*", USER)
         stop(daemons)
         shutil.rmtree(work, ignore_errors=True)
 

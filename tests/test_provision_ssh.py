@@ -21,10 +21,9 @@ from provision.facts.lspci import parse_lspci_verbose
 from provision.facts.nvidia_smi import parse_query_csv
 from tests.conftest import example_text, run_cli
 from tests.simhelpers import SimHost
-from tests.sshd import SSHD, USER, LoopbackSshd, hand_to_login_user, run, stop, wait_listening
+from tests.sshd import SSHD, USER, LoopbackSshd, hand_to_login_user, login_user_sudo, start_all, stop
 
 PROVISIONING = "simulate,register,provision"  # burn-in has its own tests
-SUDOERS = Path("/etc/sudoers.d/provision-test")
 PASSWORD = "right-horse-battery-4d1c"
 BECOME = {"PROVISION_BECOME_PASSWORD": PASSWORD}
 
@@ -39,29 +38,20 @@ def ssh_cluster():
     daemons: list[subprocess.Popen[bytes]] = []
     try:
         servers = LoopbackSshd(work, addresses)
-        # the login user becomes root with its password, as on hosts where sudo is not passwordless (the simulated
-        # hosts of this presentation are this machine's tools on a prefix: its sudoers is theirs)
-        subprocess.run(["chpasswd"], input=f"{USER}:{PASSWORD}\n", text=True, check=True, timeout=30)
-        SUDOERS.write_text(f"{USER} ALL=(ALL) ALL\n")
-        SUDOERS.chmod(0o440)
-        for host, address in addresses.items():
-            daemons.append(subprocess.Popen(servers.command(host), stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.PIPE))
-            wait_listening(address, servers.port)
-        data = yaml.safe_load(example_text())
-        data["nodes"]["groups"][0]["hosts"] = "sim[01-02]"
-        data["connection"] = servers.connection(forks=2, become_password_env="PROVISION_BECOME_PASSWORD")
-        data["simulation"] = {"seed": 5, "faults": [{"kind": "acs_enabled", "node": "sim01"},
-                                                    {"kind": "wrong_driver", "node": "sim02"}]}
-        spec = work / "spec.yaml"
-        spec.write_text(yaml.safe_dump(data, sort_keys=False))
-        assert run_cli("apply", str(spec), "--phases", "simulate").returncode == 0
-        state = work / ".provision" / "sim16"
-        hand_to_login_user(state, list(addresses))
-        yield spec, state
+        with login_user_sudo(PASSWORD):
+            start_all(servers, addresses, daemons)
+            data = yaml.safe_load(example_text())
+            data["nodes"]["groups"][0]["hosts"] = "sim[01-02]"
+            data["connection"] = servers.connection(forks=2, become_password_env="PROVISION_BECOME_PASSWORD")
+            data["simulation"] = {"seed": 5, "faults": [{"kind": "acs_enabled", "node": "sim01"},
+                                                        {"kind": "wrong_driver", "node": "sim02"}]}
+            spec = work / "spec.yaml"
+            spec.write_text(yaml.safe_dump(data, sort_keys=False))
+            assert run_cli("apply", str(spec), "--phases", "simulate").returncode == 0
+            state = work / ".provision" / "sim16"
+            hand_to_login_user(state, list(addresses))
+            yield spec, state
     finally:
-        SUDOERS.unlink(missing_ok=True)
-        run("usermod", "-p", "*", USER)
         stop(daemons)
         shutil.rmtree(work, ignore_errors=True)
 
