@@ -76,58 +76,60 @@ def one_size(hosts: int) -> dict[str, Any]:
     addresses = {f"sim{index:03d}": f"127.0.3.{index}" for index in range(1, hosts + 1)}
     work = Path(tempfile.mkdtemp(prefix="bench-fanout-", dir="/tmp"))
     daemons: list[subprocess.Popen[bytes]] = []
-    sudo = None
     try:
         servers = LoopbackSshd(work, {"bastion": BASTION, **addresses}, logged=("bastion",))
-        sudo = login_user_sudo(PASSWORD, SUDOERS)
-        sudo.__enter__()
-        start_all(servers, {"bastion": BASTION, **addresses}, daemons)
-        data = example()
-        data["nodes"]["groups"][0].update(hosts=f"sim[001-{hosts:03d}]", address_start=addresses["sim001"])
-        data["fabric"].update(hosts_per_su=32, switch_radix=64)
-        data["connection"] = {**servers.connection(forks=hosts, become_password_env="PROVISION_BECOME_PASSWORD"),
-                              "jump_host": f"{USER}@{BASTION}:{servers.port}"}
-        data["burnin"]["stages"] = ["preflight"]
-        data["simulation"] = {"seed": 5, "faults": []}
-        spec = work / "spec.yaml"
-        spec.write_text(yaml.safe_dump(data, sort_keys=False))
-        state = work / ".provision" / "sim16"
-        prepared = _cli("apply", str(spec), "--phases", "simulate,register")
-        if prepared.returncode != 0:
-            raise RuntimeError(prepared.stdout + prepared.stderr)
-        hand_to_login_user(state, list(addresses))
-        data["software"]["kernel"] = OTHER_KERNEL
-        refused = work / "spec-other-kernel.yaml"
-        refused.write_text(yaml.safe_dump(data, sort_keys=False))
-
-        before, started = servers.logins("bastion"), time.monotonic()
-        with PeakConnections(servers.port) as peak:
-            applied = _cli("apply", "--json", str(refused), "--state-dir", str(state), "--phases", "provision")
-        rows = json.loads((Path(json.loads(applied.stdout)["run_dir"]) / "provision.json").read_text())
-        play = {"wall_s": round(time.monotonic() - started, 1), "bastion_logins": servers.logins("bastion") - before,
-                "bastion_peak_connections": peak.peak, "hosts": len(rows),
-                "lost": sorted(row["host"] for row in rows if row.get("unreachable")
-                               or OTHER_KERNEL not in json.dumps(row))}
-
-        with StateStore(state) as store:  # the roles are not what this bench measures: the store says they ran
-            for host in addresses:
-                store.transition(host, NodeState.PROVISIONED, run_id=None, reason="bench: connections only")
-        before, started = servers.logins("bastion"), time.monotonic()
-        with PeakConnections(servers.port) as peak:
-            burned = _cli("burnin", "--json", str(spec), "--state-dir", str(state))
-        verdicts = json.loads((Path(json.loads(burned.stdout)["run_dir"]) / "burnin-preflight.json").read_text())
-        lost = sorted(verdict["node"] for verdict in verdicts if any(
-            row["outcome"] == "unknown" and any(word in row["message"].lower() for word in CONNECTION_WORDS)
-            for row in verdict["results"]))
-        campaign = {"wall_s": round(time.monotonic() - started, 1),
-                    "bastion_logins": servers.logins("bastion") - before, "bastion_peak_connections": peak.peak,
-                    "hosts": len(verdicts), "lost": lost + sorted(set(addresses) - {v["node"] for v in verdicts})}
-        return {"hosts": hosts, "play": play, "campaign": campaign}
+        with login_user_sudo(PASSWORD, SUDOERS):
+            start_all(servers, {"bastion": BASTION, **addresses}, daemons)
+            return {"hosts": hosts, **_measure(servers, addresses, work)}
     finally:
-        if sudo is not None:
-            sudo.__exit__(None, None, None)
         stop(daemons)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(servers: LoopbackSshd, addresses: dict[str, str], work: Path) -> dict[str, Any]:
+    """The play, then the campaign, over the hosts ``servers`` run behind the bastion."""
+    hosts = len(addresses)
+    data = example()
+    data["nodes"]["groups"][0].update(hosts=f"sim[001-{hosts:03d}]", address_start=addresses["sim001"])
+    data["fabric"].update(hosts_per_su=32, switch_radix=64)
+    data["connection"] = {**servers.connection(forks=hosts, become_password_env="PROVISION_BECOME_PASSWORD"),
+                          "jump_host": f"{USER}@{BASTION}:{servers.port}"}
+    data["burnin"]["stages"] = ["preflight"]
+    data["simulation"] = {"seed": 5, "faults": []}
+    spec = work / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    state = work / ".provision" / "sim16"
+    prepared = _cli("apply", str(spec), "--phases", "simulate,register")
+    if prepared.returncode != 0:
+        raise RuntimeError(prepared.stdout + prepared.stderr)
+    hand_to_login_user(state, list(addresses))
+    data["software"]["kernel"] = OTHER_KERNEL
+    refused = work / "spec-other-kernel.yaml"
+    refused.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    before, started = servers.logins("bastion"), time.monotonic()
+    with PeakConnections(servers.port) as peak:
+        applied = _cli("apply", "--json", str(refused), "--state-dir", str(state), "--phases", "provision")
+    rows = json.loads((Path(json.loads(applied.stdout)["run_dir"]) / "provision.json").read_text())
+    play = {"wall_s": round(time.monotonic() - started, 1), "bastion_logins": servers.logins("bastion") - before,
+            "bastion_peak_connections": peak.peak, "hosts": len(rows),
+            "lost": sorted(row["host"] for row in rows if row.get("unreachable")
+                           or OTHER_KERNEL not in json.dumps(row))}
+
+    with StateStore(state) as store:  # the roles are not what this bench measures: the store says they ran
+        for host in addresses:
+            store.transition(host, NodeState.PROVISIONED, run_id=None, reason="bench: connections only")
+    before, started = servers.logins("bastion"), time.monotonic()
+    with PeakConnections(servers.port) as peak:
+        burned = _cli("burnin", "--json", str(spec), "--state-dir", str(state))
+    verdicts = json.loads((Path(json.loads(burned.stdout)["run_dir"]) / "burnin-preflight.json").read_text())
+    lost = sorted(verdict["node"] for verdict in verdicts if any(
+        row["outcome"] == "unknown" and any(word in row["message"].lower() for word in CONNECTION_WORDS)
+        for row in verdict["results"]))
+    campaign = {"wall_s": round(time.monotonic() - started, 1),
+                "bastion_logins": servers.logins("bastion") - before, "bastion_peak_connections": peak.peak,
+                "hosts": len(verdicts), "lost": lost + sorted(set(addresses) - {v["node"] for v in verdicts})}
+    return {"play": play, "campaign": campaign}
 
 
 def main() -> None:
