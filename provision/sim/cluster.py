@@ -243,7 +243,8 @@ def write_stand_ins(directory: Path, root: str, *, node_python: bool = True) -> 
             f'PYTHONPATH="{source}${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH\n'
             f'python="{sys.executable}"\n'
             '[ -x "$python" ] || python=/usr/bin/python3  # not PATH: python3 there may be the node stand-in\n'
-            f'exec "$python" -m provision.sim.tools --root {root} {tool} "$@"\n'
+            # -S: the standard library is all a stand-in needs, and site's start-up is a third of its cost
+            f'exec "$python" -S -m provision.sim.tools --root {root} {tool} "$@"\n'
         )
         script.chmod(0o755)
     if node_python:

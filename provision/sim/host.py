@@ -22,13 +22,13 @@ from provision.sim.files import clone_tree, replace_file
 from provision.sim.inject import INJECTORS, NodeContext
 from provision.sim.node import initial_state, materialize_host, save_state
 from provision.sim.tools.apt import package_entry, write_status, write_stock_sources
+from provision.sim.tools.common import READY
 from provision.sim.tools.system import write_modules
 
 RECIPE = "recipe.json"
 #: How long unattended-upgrades holds dpkg's lock after a stock host first comes up (minutes on a real host; a
 #: few seconds here, enough that an apt-get which does not wait for the lock fails as it would in the field).
 FIRST_BOOT_UPGRADES_S = 4.0
-READY = ".materialized"
 
 
 def hardware_from_dict(data: dict[str, Any]) -> NodeHardware:

@@ -6,34 +6,33 @@ same stand-in serves every node and never guesses which node it is.
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from provision.sim.host import ensure_host
-from provision.sim.tools import apt, ib, nvidia_smi, pci, perftest, portstate, system
-from provision.sim.tools.common import ToolError
-
-TOOLS: dict[str, Callable[[Path, list[str]], int]] = {
-    "nvidia-smi": nvidia_smi.main,
-    "lspci": pci.lspci,
-    "setpci": pci.setpci,
-    "ibstat": ib.ibstat,
-    "modprobe": system.modprobe,
-    "lsmod": system.lsmod,
-    "modinfo": system.modinfo,
-    "dmesg": system.dmesg,
-    "systemctl": system.systemctl,
-    "df": system.df,
-    "reboot": system.reboot,
-    "update-grub": system.update_grub,
-    "swapoff": system.swapoff,
-    "shutdown": system.reboot,
-    "dpkg-query": apt.dpkg_query,
-    "apt-get": apt.apt_get,
-    "apt-mark": apt.apt_mark,
-    "ib_write_bw": perftest.ib_write_bw,
-    "ibportstate": portstate.ibportstate,
+#: Each stand-in by name, as ``module:function`` under ``provision.sim.tools``. Imported only when called: a host
+#: runs hundreds of stand-ins per play (a setpci per bridge, an nvidia-smi per check), and each starts a fresh
+#: interpreter, so it loads the one module it needs.
+TOOLS: dict[str, str] = {
+    "nvidia-smi": "nvidia_smi:main",
+    "lspci": "pci:lspci",
+    "setpci": "pci:setpci",
+    "ibstat": "ib:ibstat",
+    "modprobe": "system:modprobe",
+    "lsmod": "system:lsmod",
+    "modinfo": "system:modinfo",
+    "dmesg": "system:dmesg",
+    "systemctl": "system:systemctl",
+    "df": "system:df",
+    "reboot": "system:reboot",
+    "update-grub": "system:update_grub",
+    "swapoff": "system:swapoff",
+    "shutdown": "system:reboot",
+    "dpkg-query": "apt:dpkg_query",
+    "apt-get": "apt:apt_get",
+    "apt-mark": "apt:apt_mark",
+    "ib_write_bw": "perftest:ib_write_bw",
+    "ibportstate": "portstate:ibportstate",
 }
 
 #: Commands a playbook might call on a real host that must never reach this
@@ -47,18 +46,34 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] != "--root":
         print("usage: python -m provision.sim.tools --root ROOT TOOL [ARGS...]", file=sys.stderr)
         return 64
+    from provision.sim.tools.common import ToolError
+
     root, tool, args = Path(argv[1]), argv[2], argv[3:]
-    handler = TOOLS.get(tool)
     try:
-        root = ensure_host(root.resolve().parent)  # a host is built the first time anything touches it
-        if handler is None:
+        root = _built(root.resolve())
+        if tool not in TOOLS:
             raise ToolError(f"not simulated: {' '.join([tool, *args])}", 64)
-        return handler(root, args)
+        module, function = TOOLS[tool].split(":")
+        handler = getattr(importlib.import_module(f"provision.sim.tools.{module}"), function)
+        code: int = handler(root, args)
+        return code
     except ToolError as error:
         print(error.message, file=sys.stderr)
         return error.code
     except BrokenPipeError:
         return 0
+
+
+def _built(root: Path) -> Path:
+    """The host's root, built from its recipe the first time anything touches it (the builder, and all it
+    imports, loaded only then)."""
+    from provision.sim.tools.common import READY
+
+    if (root / READY).exists():
+        return root
+    from provision.sim.host import ensure_host
+
+    return ensure_host(root.parent)
 
 
 if __name__ == "__main__":

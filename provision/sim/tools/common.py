@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from typing import NoReturn
 
+#: The file a host's root holds once it is built (see ``provision.sim.host``): a stand-in finding it needs
+#: nothing of the builder.
+READY = ".materialized"
+
 
 class ToolError(Exception):
     """Ends a stand-in with ``message`` on stderr and a non-zero exit, as the real tool would."""
