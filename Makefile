@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 APT_PACKAGES ?= openssh-server openssh-client sudo nftables chromium prometheus prometheus-node-exporter \
                 slurm-wlm munge
 
-.PHONY: install demo test test-fast fuzz lint apt-packages clean
+.PHONY: install demo test test-fast fuzz lint apt-packages bytecode clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,12 +37,17 @@ lint: install
 	$(BIN)/mypy
 	cd playbooks && ../$(BIN)/ansible-lint --offline --profile production site.yml
 
-test: install apt-packages lint
+# The project's bytecode, written once: where PYTHONDONTWRITEBYTECODE is set (CI images set it) every process the
+# suite starts — each CLI, stand-in, agent and worker — would otherwise compile what it imports, every time.
+bytecode: install
+	$(BIN)/python -m compileall -q provision topology fabric_tests
+
+test: install apt-packages lint bytecode
 	$(BIN)/pytest
 
 # Every test that starts no cluster, daemon, browser or process (tests/conftest.py marks the others slow): parsers,
 # judgements, replayed launches, the fabric model, the spec, the layering (< 30 s).
-test-fast: install
+test-fast: install bytecode
 	PROVISION_FUZZ_EXAMPLES=200 PROVISION_FUZZ_CASES=200 $(BIN)/pytest -m "not slow" -q
 
 # The long run of the spec fuzzers: 10,000 mutated files through validate, 20,000 hypothesis mutants.
