@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from provision.facts import infiniband, kernel_log, lspci, nccl_tests, nvidia_smi, packages, slurm, system
+from provision.facts import dcgm, infiniband, kernel_log, lspci, nccl_tests, nvidia_smi, packages, slurm, system
 from provision.facts.fact import Fact
 
-FACTS: dict[str, Fact[Any]] = {fact.name: fact for fact in (
+_ALL: tuple[Fact[Any], ...] = (
     nvidia_smi.GPUS, nvidia_smi.GPU_QUERY_FIELDS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
     nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, lspci.LSPCI, lspci.PCI_DEVICES,
     infiniband.IBSTAT, infiniband.INFINIBAND, system.DF, system.SWAPS, system.CMDLINE, packages.MODULES,
     packages.PEERMEM_REGISTRATION, packages.FABRIC_MANAGER, packages.DPKG_STATUS,
-    nccl_tests.ALL_REDUCE_PERF, slurm.SLURM_NODES, slurm.SINFO, nvidia_smi.QUERY_XML,
-)}
+    nccl_tests.ALL_REDUCE_PERF, slurm.SLURM_NODES, slurm.SINFO, nvidia_smi.QUERY_XML, *dcgm.DIAG.values(),
+    dcgm.VERSION,
+)
+FACTS: dict[str, Fact[Any]] = {fact.name: fact for fact in _ALL}
