@@ -54,10 +54,10 @@ class SimHost:
         return result
 
     def first_boot_done(self) -> SimHost:
-        """The stock image's first-boot unattended-upgrades have finished: dpkg's lock is free (a test that runs
-        apt-get by hand need not wait for it, as pinned_packages does)."""
+        """The stock image's first-boot refresh and unattended-upgrades have finished: apt's and dpkg's locks are
+        free (a test that runs apt-get by hand need not wait for them, as pinned_packages does)."""
         state = load_state(self.root)
-        state["dpkg_lock_until"] = 0.0
+        state["dpkg_lock_until"] = state["lists_lock_until"] = 0.0
         save_state(self.root, state)
         return self
 

@@ -14,9 +14,11 @@ from provision.facts.kernel_log import find_xids, parse_kernel_log
 from provision.facts.lspci import parse_lspci_verbose
 from provision.facts.nvidia_smi import parse_nvlink_status, parse_query_csv, parse_query_report, parse_topo_matrix
 from provision.facts.packages import parse_dpkg_status, parse_proc_modules
+from provision.sim import cluster
 from provision.sim.mirror import key_id, stand_in_key
+from provision.sim.node import load_state, save_state
 from provision.spec.faults import CATALOG
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.simhelpers import SimHost, bring_up, write_spec
 
 PINNED = "535.183.01"
@@ -155,6 +157,40 @@ def test_setpci_on_a_device_without_acs_fails(tmp_path: Path) -> None:
     gpu = next(d for d in parse_lspci_verbose(host.run("lspci", "-vvv").stdout) if d.kind == "3D controller")
     result = host.run("setpci", "-s", gpu.address, "ECAP_ACS+0x6.w", check=False)
     assert result.returncode != 0 and "Capability ACS not found" in result.stderr
+
+
+def test_the_first_boot_refreshes_apts_lists_and_pinned_packages_waits_for_it(tmp_path: Path) -> None:
+    """A stock image's first boot runs apt-daily's refresh, which holds apt's lists lock: apt-get update fails at
+    once, DPkg::Lock::Timeout or not (apt 2.4 waits for dpkg's lock only); pinned_packages waits, then installs."""
+    import subprocess
+    import sys
+    import time
+
+    state, _ = bring_up(tmp_path, [], hosts="sim01")
+    host = SimHost(state, "sim01")
+    booted = load_state(host.root)
+    assert booted["lists_lock_until"] > time.time() - 60, "the first boot holds apt's lists lock"
+    for listed in (host.root / "var/lib/apt/lists").glob("*_Packages"):  # lists gone: a pin needs a refresh
+        listed.unlink()
+    save_state(host.root, {**booted, "dpkg_lock_until": 0.0, "lists_lock_until": time.time() + 60})
+    refused = host.run("apt-get", "-o", "DPkg::Lock::Timeout=30", "update", check=False)
+    assert refused.returncode == 100, refused
+    assert refused.stderr.splitlines() == [
+        "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 1841 (apt-get)",
+        "N: Be aware that removing the lock file is not a solution and may break your system.",
+        "E: Unable to lock directory /var/lib/apt/lists/"]
+    started = time.monotonic()
+    save_state(host.root, {**load_state(host.root), "lists_lock_until": time.time() + 8})  # past Ansible's start
+    module = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+         "-M", str(ROOT / "playbooks" / "library"), "-m", "pinned_packages",
+         "-a", json.dumps({"packages": {"python3-venv": "*"}}), "-e", f"ansible_python_interpreter={sys.executable}"],
+        env={**cluster.environment(host.paths), "ANSIBLE_HOME": str(tmp_path / "ansible"),
+             "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible" / "tmp")},
+        capture_output=True, text=True, timeout=120)
+    assert module.returncode == 0, module.stdout + module.stderr
+    assert time.monotonic() - started >= 8, "installed before apt's lists were free"
+    assert parse_dpkg_status((host.root / "var/lib/dpkg/status").read_text())["python3-venv"].held
 
 
 def test_a_stock_image_reaches_the_vendors_only_through_signed_sources(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ description:
     installed version equal to it or starting with it and a dash (C(535.183.01) matches C(535.183.01-1)).
     When apt does not know a pinned package or version, its lists are refreshed (apt-get update) and the install
     tried once more: a repository was just added or changed, or the lists are stale. A converged node is never
-    sent to the network. Supports check mode and diff.
+    sent to the network. apt's lists and archives locks (taken without waiting, unlike dpkg's: a fresh node's
+    first boot refreshes the lists) are waited for, as dpkg's is, up to 15 minutes. Supports check mode and diff.
 options:
   packages:
     description: Package name to pinned version.
@@ -42,6 +43,8 @@ installed:
   type: list
 """
 
+import time  # noqa: E402
+
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
@@ -65,12 +68,27 @@ def parse_query(output: str) -> dict[str, tuple[str, bool]]:
 #: How long apt-get waits for dpkg's lock (unattended-upgrades on a fresh node's first boot) before failing.
 LOCK_TIMEOUT_S = 900
 
+#: apt's own locks, which apt-get takes without waiting (DPkg::Lock::Timeout is dpkg's lock only, apt 2.4 on Ubuntu
+#: 22.04): the lists (held by apt-daily's refresh on a fresh node's first boot) and the archives (its downloads).
+APT_LOCKS = ("Could not get lock /var/lib/apt/lists/lock", "Could not get lock /var/cache/apt/archives/lock")
+LOCK_POLL_S = 2.0
+
 #: What apt-get says when its lists lack a package or a version (a refresh may bring it).
 NOT_IN_LISTS = ("Unable to locate package", "was not found", "has no installation candidate")
 
 
 def not_in_lists(output: str) -> bool:
     return any(marker in output for marker in NOT_IN_LISTS)
+
+
+def run_apt(module: AnsibleModule, command: list[str], environment: dict[str, str],
+            deadline: float) -> tuple[int, str, str]:
+    """``command``, run again while it fails only because apt's lists or archives are locked, until ``deadline``."""
+    while True:
+        rc, out, err = module.run_command(command, environ_update=environment)
+        if rc == 0 or not any(lock in err + out for lock in APT_LOCKS) or time.monotonic() >= deadline:
+            return rc, out, err
+        time.sleep(LOCK_POLL_S)
 
 
 def plan(current: dict[str, tuple[str, bool]], pins: dict[str, str], hold: bool,
@@ -107,12 +125,13 @@ def main() -> None:
         if module.params["reinstall"]:
             command.append("--reinstall")
         command += [name if pins[name] == "*" else f"{name}={pins[name]}*" for name in install]
-        rc, out, err = module.run_command(command, environ_update=environment)
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        rc, out, err = run_apt(module, command, environment, deadline)
         if rc != 0 and not_in_lists(err + out):
-            rc, out, err = module.run_command(["apt-get", "update"], environ_update=environment)
+            rc, out, err = run_apt(module, ["apt-get", "update"], environment, deadline)
             if rc != 0:
                 module.fail_json(msg=f"apt-get update failed: {(err or out).strip()}")
-            rc, out, err = module.run_command(command, environ_update=environment)
+            rc, out, err = run_apt(module, command, environment, deadline)
         if rc != 0:
             hint = (" (is the repository that carries it configured? software.repositories)"
                     if not_in_lists(err + out) else "")

@@ -29,6 +29,8 @@ RECIPE = "recipe.json"
 #: How long unattended-upgrades holds dpkg's lock after a stock host first comes up (minutes on a real host; a
 #: few seconds here, enough that an apt-get which does not wait for the lock fails as it would in the field).
 FIRST_BOOT_UPGRADES_S = 4.0
+#: How long apt-daily's refresh of the lists holds apt's lists lock at that boot (it runs before the upgrades).
+FIRST_BOOT_LISTS_S = 3.0
 
 
 def hardware_from_dict(data: dict[str, Any]) -> NodeHardware:
@@ -79,8 +81,10 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
     state["address"] = recipe["address"]
     state["packages_available"] = recipe["repository"]
     state["collective_semantics"] = recipe.get("collective_semantics", "gloo")
-    # a stock image's first boot: unattended-upgrades installs the archive's updates and holds dpkg's lock
+    # a stock image's first boot: apt-daily refreshes the lists (apt's lists lock), then unattended-upgrades
+    # installs the archive's updates and holds dpkg's lock
     state["dpkg_lock_until"] = time.time() + FIRST_BOOT_UPGRADES_S
+    state["lists_lock_until"] = time.time() + FIRST_BOOT_LISTS_S
     write_status(root, {"linux-image-" + kernel: package_entry("linux-image-" + kernel,
                                                                kernel.rsplit("-", 1)[0] + ".122")})
     context = NodeContext(root, hardware, state, recipe["link_rate"])

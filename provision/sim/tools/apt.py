@@ -126,6 +126,8 @@ def apt_mark(root: Path, args: list[str]) -> int:
 KNOWN_OPTIONS = ("DPkg::Lock::Timeout",)
 #: Who holds dpkg's lock on a stock image's first boot (the upgrades it installs take minutes on a real host).
 LOCK_HOLDER = "process 1873 (unattended-upgr)"
+#: Who holds apt's lists lock then: apt-daily's refresh of the lists, which runs before the upgrades.
+LISTS_LOCK_HOLDER = "process 1841 (apt-get)"
 
 
 def apt_get(root: Path, args: list[str]) -> int:
@@ -151,6 +153,7 @@ def apt_get(root: Path, args: list[str]) -> int:
     if command == "update":
         if requested:
             not_simulated("apt-get", "update " + " ".join(requested))
+        _refuse_while_lists_locked(load_state(root))
         return update(root, load_state(root))
     if command not in ("install", "remove", "purge"):
         not_simulated("apt-get", command)
@@ -233,6 +236,16 @@ def _wait_for_dpkg_lock(state: dict, timeout_s: float) -> None:
                         "another process using it?", 100)
     print(f"Waiting for cache lock: {lock}... {int(remaining)}s", file=sys.stderr)
     time.sleep(remaining)
+
+
+def _refuse_while_lists_locked(state: dict) -> None:
+    """apt-get update takes apt's lists lock without waiting: apt 2.4 (Ubuntu 22.04) applies DPkg::Lock::Timeout
+    to dpkg's lock only (``pkgAcquire::GetLock`` in apt-pkg/acquire.cc), and a stock image's first boot runs
+    apt-daily's refresh of the lists, which holds it."""
+    if float(state.get("lists_lock_until", 0.0)) > time.time():
+        raise ToolError(f"E: Could not get lock /var/lib/apt/lists/lock. It is held by {LISTS_LOCK_HOLDER}\n"
+                        "N: Be aware that removing the lock file is not a solution and may break your system.\n"
+                        "E: Unable to lock directory /var/lib/apt/lists/", 100)
 
 
 def sources(root: Path) -> list[tuple[dict[str, str], str, str, list[str]]]:
