@@ -21,7 +21,7 @@ from provision.errors import Refusal
 from provision.fabric_view import FabricView
 from provision.facts.ibportstate import final_state
 from provision.ib_fabric import design_endpoint, parse_observed
-from provision.observe import HostSession, open_session
+from provision.observe import HostSession, ReadFailed, open_session
 from provision.spec.model import LinkHealth
 from provision.state.store import StateStore
 from topology import (
@@ -108,6 +108,8 @@ def netdevs_of_hosts(view: FabricView, hosts: set[str], state_dir: Path) -> dict
         try:
             pairs = netdev.netdevs_from_sysfs(session.resolve_links("/sys/class/net"),
                                               session.resolve_links("/sys/class/infiniband"))
+        except ReadFailed:  # not read: its lines are reported unmatched, not guessed
+            continue
         finally:
             session.close()
         found.update({(node.name, name): hca for name, hca in pairs.items()})

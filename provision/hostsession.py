@@ -72,14 +72,29 @@ class CommandResult:
         return f"{command} exited {self.rc}" + (f": {detail[-1]}" if detail else "")
 
 
+class ReadFailed(Exception):
+    """A file or folder could not be read (the connection dropped, the read was refused, a timeout): never the
+    same as a file that is not there, which ``read_text`` answers with ``None``. ``lost``: the connection went
+    under the read (ours, not the host's)."""
+
+    def __init__(self, message: str, *, lost: bool = False) -> None:
+        super().__init__(message)
+        self.lost = lost
+
+
 class HostSession(Protocol):
     host: str
 
     def run(self, argv: Sequence[str], timeout_s: float, *, become: bool = False) -> CommandResult: ...
 
-    def read_text(self, path: str) -> str | None: ...
+    def read_text(self, path: str) -> str | None:
+        """The file's text; ``None`` when it does not exist; :class:`ReadFailed` when it could not be read."""
+        ...
 
-    def resolve_links(self, directory: str) -> dict[str, str]: ...
+    def resolve_links(self, directory: str) -> dict[str, str]:
+        """Each entry of the folder and where its link leads; empty when the folder does not exist;
+        :class:`ReadFailed` when it could not be read."""
+        ...
 
     def close(self) -> None: ...
 
@@ -122,6 +137,8 @@ class LocalSession:
             return self._path(path).read_text()
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ReadFailed(f"could not read {path}: {type(error).__name__}: {error}") from error
 
     def resolve_links(self, directory: str) -> dict[str, str]:
         base = self._path(directory)
@@ -129,9 +146,12 @@ class LocalSession:
             return {}
         root = os.path.realpath(self.root)
         resolved = {}
-        for name in sorted(os.listdir(base)):
-            target = os.path.realpath(base / name)
-            resolved[name] = "/" + os.path.relpath(target, root)
+        try:
+            for name in sorted(os.listdir(base)):
+                target = os.path.realpath(base / name)
+                resolved[name] = "/" + os.path.relpath(target, root)
+        except OSError as error:
+            raise ReadFailed(f"could not list {directory}: {type(error).__name__}: {error}") from error
         return resolved
 
     def close(self) -> None:

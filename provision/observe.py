@@ -26,6 +26,7 @@ from provision.connection import ConnectionModel, connection_model
 from provision.hostsession import CommandResult as CommandResult
 from provision.hostsession import HostSession as HostSession
 from provision.hostsession import LocalSession as LocalSession
+from provision.hostsession import ReadFailed as ReadFailed
 from provision.hostsession import become_argv, refused_by_sudo
 from provision.secrets import resolve as resolve_secret
 from provision.spec import LoadedSpec
@@ -128,12 +129,18 @@ class SshSession:
 
     def read_text(self, path: str) -> str | None:
         result = self.run(["cat", "--", self.root + path], 30)
-        return result.stdout if result.ok else None
+        if result.ok:
+            return result.stdout
+        if result.rc == 1 and result.stderr.strip().endswith(("No such file or directory", "Not a directory")):
+            return None
+        raise ReadFailed(f"could not read {path}: {result.problem()}", lost=result.lost)
 
     def resolve_links(self, directory: str) -> dict[str, str]:
         script = (f'for d in {shlex.quote(self.root + directory)}/*; do '
                   'printf "%s %s\\n" "${d##*/}" "$(readlink -f "$d")"; done')
         result = self.run(["sh", "-c", script], 30)
+        if not result.ok:
+            raise ReadFailed(f"could not list {directory}: {result.problem()}", lost=result.lost)
         pairs = (line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
         return {name: "/" + target[len(self.root):].lstrip("/") for name, target in pairs
                 if not name.startswith("*")}
@@ -258,10 +265,22 @@ class _Pooled:
         return result
 
     def read_text(self, path: str) -> str | None:
-        return self.session.read_text(path)
+        try:
+            return self.session.read_text(path)
+        except ReadFailed as failed:
+            self._retire_if_lost(failed)
+            raise
 
     def resolve_links(self, directory: str) -> dict[str, str]:
-        return self.session.resolve_links(directory)
+        try:
+            return self.session.resolve_links(directory)
+        except ReadFailed as failed:
+            self._retire_if_lost(failed)
+            raise
+
+    def _retire_if_lost(self, failed: ReadFailed) -> None:
+        if failed.lost:
+            self.pool.drop(self.host, self.session)
 
     def close(self) -> None:
         return None

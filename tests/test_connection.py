@@ -298,6 +298,43 @@ def test_a_campaign_reuses_one_connection_per_host_and_replaces_a_lost_one(defau
 
 
 @needs_sshd
+def test_a_file_not_read_is_never_a_file_that_is_not_there(default_bastion, tmp_path: Path) -> None:
+    """``read_text`` says ``None`` only for an absent file: a read that failed (refused, the connection gone under
+    it) raises, so a check reads it as unknown — an unread nv_mem is not an unregistered nvidia-peermem — and the
+    pool retires a connection lost under a read as it does under a command."""
+    import threading
+
+    from provision.observe import ReadFailed, SessionPool
+
+    servers, addresses = default_bastion
+    jump = f"{addresses['bastion']}:{servers.port}"
+    pool = SessionPool()
+    folder = Path(tempfile.mkdtemp(prefix="provision-read-", dir="/tmp"))
+    folder.chmod(0o755)
+    os.mkfifo(folder / "blocks")
+    (folder / "blocks").chmod(0o644)
+
+    def opener() -> SshSession:
+        return SshSession("node", addresses["node"], _model(servers, jump, become=False))
+
+    try:
+        session = pool.get("node", opener)
+        assert session.read_text(str(folder / "absent")) is None
+        with pytest.raises(ReadFailed, match="Is a directory") as refused:
+            session.read_text(str(folder))
+        assert not refused.value.lost
+        transport = session.session.connection.client.get_transport()
+        threading.Timer(0.5, transport.close).start()  # the connection dies under the read (cat waits on a FIFO)
+        with pytest.raises(ReadFailed, match="dropped") as dropped:
+            session.read_text(str(folder / "blocks"))
+        assert dropped.value.lost
+        assert pool.get("node", opener).run(["true"], 10).ok and pool.opened == 2
+    finally:
+        pool.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_sshd
 def test_a_campaign_reaches_every_node_through_one_connection_to_the_bastion(default_bastion) -> None:
     """Five hosts' sessions in one pool tunnel through one connection to the jump host: the bastion holds one TCP
     connection from the controller, not five (its MaxStartups sees one handshake for the whole delivery)."""

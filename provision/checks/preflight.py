@@ -22,7 +22,7 @@ from provision.checks import kernel_allowlist
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, packages, system
 from provision.facts.fact import Fact, Parsed
-from provision.hostsession import CommandResult, HostSession
+from provision.hostsession import CommandResult, HostSession, ReadFailed
 
 #: What preflight reads from a host; each fact's command (or file) and parser live in its own module.
 PROBES: tuple[Fact[Any], ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
@@ -108,10 +108,16 @@ def collect(session: HostSession, timeout_s: float) -> Gathered:
     probes = [nvidia_smi.gpus_command(accepted) if probe is nvidia_smi.GPUS else probe for probe in PROBES]
     with ThreadPoolExecutor(max_workers=min(len(probes), CHANNELS_AT_ONCE)) as pool:
         results = list(pool.map(command, probes))
-        for probe in FILES:
-            gathered.files[probe.name] = session.read_text(probe.path)
+        for probe in FILES:  # a file that could not be read is a problem of its probe, never an absent file
+            try:
+                gathered.files[probe.name] = session.read_text(probe.path)
+            except ReadFailed as failed:
+                gathered.problems[probe.name] = str(failed)
         for probe in LINKS:
-            gathered.links[probe.name] = session.resolve_links(probe.path)
+            try:
+                gathered.links[probe.name] = session.resolve_links(probe.path)
+            except ReadFailed as failed:
+                gathered.problems[probe.name] = str(failed)
     for name, result in results:
         if result.ok:
             gathered.outputs[name] = result.stdout
@@ -276,10 +282,17 @@ def check_kernel_log(gathered: Gathered, expect: Expectations) -> list[CheckResu
     return [result]
 
 
+def _links(gathered: Gathered, name: str) -> dict[str, str]:
+    """A folder's links as read; a folder that could not be read makes the check unknown, never empty."""
+    if name in gathered.problems:
+        raise Unknown(gathered.problems[name])
+    return gathered.links.get(name) or {}
+
+
 def _hca_addresses(gathered: Gathered) -> dict[str, str]:
     """mlx5_N -> PCI address, from where the class link points (``.../<bdf>/infiniband/mlx5_N``)."""
     addresses = {}
-    for name, target in gathered.links.get("infiniband", {}).items():
+    for name, target in _links(gathered, "infiniband").items():
         parts = target.rstrip("/").split("/")
         if len(parts) >= 3 and parts[-2] == "infiniband":
             addresses[name] = parts[-3]
@@ -332,8 +345,8 @@ def check_rail_map(gathered: Gathered, expect: Expectations) -> list[CheckResult
     farther HCA sends GPUDirect traffic across a root complex or a socket, and names the wrong HCA on tickets."""
     if not expect.rails:
         return [CheckResult("rail_map", Outcome.SILENCED, "the spec maps no rails")]
-    devices = gathered.links.get("pci_devices") or {}
-    hca_chains = {hca: _pci_chain(target) for hca, target in (gathered.links.get("infiniband") or {}).items()}
+    devices = _links(gathered, "pci_devices")
+    hca_chains = {hca: _pci_chain(target) for hca, target in _links(gathered, "infiniband").items()}
     gpu_bus = {int(gpu.index): _bus_id(gpu.bus_id) for gpu in _gpus(gathered)}
     rail_hcas = [hca for hca, _ in expect.rails if hca_chains.get(hca)]
     failures, judged = [], 0
@@ -407,6 +420,9 @@ def check_peermem(gathered: Gathered, expect: Expectations) -> list[CheckResult]
     if gathered.files.get("nv_mem") is not None:
         return [CheckResult("peermem", Outcome.OK, "nvidia-peermem registered (nv_mem "
                             f"{(gathered.files['nv_mem'] or '').strip()})")]
+    for name in ("nv_mem", "modules"):  # not read is not absent: the module may well be registered
+        if name in gathered.problems:
+            raise Unknown(gathered.problems[name])
     modules = packages.MODULES.parse(gathered.files.get("modules") or "")
     why = ("nvidia_peermem is loaded but not registered with ib_core" if "nvidia_peermem" in modules
            else "nvidia_peermem is not loaded")
@@ -419,7 +435,7 @@ def check_acs(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     if not expect.acs_disable:
         return [CheckResult("acs", Outcome.SILENCED, "host.pcie_acs.disable is false: not checked")]
     devices = _pci_devices(gathered)
-    paths = gathered.links.get("pci_devices", {})
+    paths = _links(gathered, "pci_devices")
     endpoints = [device.address for device in devices.values()
                  if (device.kind == "3D controller" and "NVIDIA" in device.description)
                  or device.kind == "Infiniband controller"]
@@ -527,7 +543,7 @@ def check_fabric_manager(gathered: Gathered, expect: Expectations) -> list[Check
                         "GPU on an NVSwitch board until it runs (error 802)")
     text = gathered.files.get(packages.DPKG_STATUS.name)
     if text is None:
-        raise Unknown(f"could not read {packages.DPKG_STATUS.path}")
+        raise Unknown(gathered.problems.get(packages.DPKG_STATUS.name, f"could not read {packages.DPKG_STATUS.path}"))
     installed = {name: package for name, package in packages.parse_dpkg_status(text).items()
                  if name.startswith("nvidia-fabricmanager-") and package.installed}
     versions = sorted({package.version.split("-")[0] for package in installed.values()})
@@ -585,7 +601,8 @@ def check_disk(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     text = gathered.files.get(system.SWAPS.name)
     swaps = system.SWAPS.parse(text) if text is not None else None
     if swaps is None:  # an unreadable /proc/swaps says nothing about swap: never "no swap"
-        results.append(CheckResult("swap", Outcome.UNKNOWN, f"could not read {system.SWAPS.path}",
+        results.append(CheckResult("swap", Outcome.UNKNOWN,
+                                   gathered.problems.get(system.SWAPS.name, f"could not read {system.SWAPS.path}"),
                                    "re-run; a check that cannot run is never taken as healthy"))
     elif swaps:
         results.append(CheckResult("swap", Outcome.SILENCED, f"swap on: {', '.join(area.name for area in swaps)}",
