@@ -101,6 +101,13 @@ def test_an_exit_status_of_a_cut_short_run_is_unknown_beside_what_was_reported()
     assert {result.outcome for check, result in judged.items() if check != "dcgm"} == {Outcome.OK}
 
 
+def test_a_failure_the_exit_status_counts_but_the_report_hides_is_unknown() -> None:
+    judged = _judged("dcgm_diag_r2/healthy", level=2, gpus=2, exit_code=226)
+    assert judged["dcgm"].outcome is Outcome.UNKNOWN and "exited 226" in judged["dcgm"].message
+    failing = _judged("dcgm_diag_r2/pcie_fails_in_its_summary_only", level=2, gpus=2, exit_code=205)
+    assert "dcgm" not in failing and failing["dcgm_pcie"].outcome is Outcome.FAILED
+
+
 def test_a_report_that_cannot_be_read_is_unknown() -> None:
     case = json.loads((FACTS / "dcgm_diag_r3/unknown_status.json").read_text())
     with pytest.raises(ValueError, match="none of DCGM's Pass/Skip/Fail") as refused:

@@ -67,6 +67,9 @@ def evaluate(report: DiagReport | None, expect: DiagExpectations, *, exit_code: 
                                        "a test DCGM did not report proves nothing; check the DCGM packages"))
             continue
         results.append(_judge(plugin, tests, expect))
+    if exit_code in (205, 226) and not any(result.outcome is Outcome.FAILED for result in results):
+        results.append(CheckResult("dcgm", Outcome.UNKNOWN, f"dcgmi diag exited {exit_code} (a failure counted) but "
+                                   "its report shows none", "run it again and read DCGM's own log"))
     return results
 
 
