@@ -321,6 +321,46 @@ def test_services_run_their_exec_start_through_the_stand_ins(tmp_path: Path) -> 
     assert failed.returncode == 1 and "failed" in failed.stderr
 
 
+def test_dcgm_reports_what_its_plugins_find_on_the_host(tmp_path: Path) -> None:
+    """DCGM 4 from NVIDIA's repository: dcgmi exists once installed; -v names a host engine only while
+    nvidia-dcgm runs; diag -j reports the host's own faults by the plugin that finds them, and the product's
+    parser and judgement read them as it would read a real node's."""
+    from provision.checks.dcgm_diag import DiagExpectations, evaluate
+    from provision.checks.outcome import Outcome
+    from provision.facts import dcgm
+    from provision.sim.host import inject_now
+
+    state, _ = bring_up(tmp_path, [], hosts="sim01")
+    host = SimHost(state, "sim01")
+    _install_driver(host)
+    assert host.run("dcgmi", "-v", check=False).returncode == 127
+    host.run("apt-get", "install", "-y", "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12")
+    assert dcgm.parse_version(host.run("dcgmi", "-v").stdout).hostengine is None
+    host.run("systemctl", "start", "nvidia-dcgm")
+    host.run("systemctl", "start", "nvidia-persistenced")
+    assert dcgm.parse_version(host.run("dcgmi", "-v").stdout) == dcgm.DcgmVersion("4.2.3", "4.2.3")
+    healthy = host.run(*dcgm.DIAG[4].argv)
+    judged = evaluate(dcgm.DIAG[4].parse(healthy.stdout), DiagExpectations(4, 8), exit_code=healthy.returncode)
+    assert {result.outcome for result in judged} == {Outcome.OK} and len(judged) == 9, judged
+    assert healthy.stdout.startswith('{\n\t"DCGM Diagnostic" : \n\t{\n\t\t"test_categories" : \n')
+    for kind, target in (("row_remap_pending", "gpu5"), ("pcie_downtrained", "gpu2"), ("thermal_throttle", "gpu0"),
+                         ("ecc_uncorrectable", "gpu7")):
+        inject_now(host.paths.root.parent, kind, target)
+    faulty = host.run(*dcgm.DIAG[4].argv, check=False)
+    assert faulty.returncode == 205, "a double-bit ECC error is of the isolate class"
+    judged = {result.check: result for result in evaluate(dcgm.DIAG[4].parse(faulty.stdout), DiagExpectations(4, 8),
+                                                          exit_code=faulty.returncode)}
+    failed = {check: result.message for check, result in judged.items() if result.outcome is Outcome.FAILED}
+    assert set(failed) == {"dcgm_software", "dcgm_pcie", "dcgm_memory", "dcgm_memtest", "dcgm_diagnostic",
+                           "dcgm_targeted_stress", "dcgm_targeted_power"}, failed
+    assert failed["dcgm_software"].startswith("DCGM software: GPU 5: Page Retirement/Row Remap: GPU 5 had memory")
+    assert "GPU 2: GPU 2 is running at PCI link width 8X" in failed["dcgm_pcie"]
+    memtest = failed["dcgm_memtest"]
+    assert memtest.startswith("DCGM memtest: GPU 7: Found") and "(DCGM error 52)" in memtest
+    assert "GPU 0: Detected clocks event due to thermal violation" in failed["dcgm_targeted_power"]
+    assert judged["dcgm_pulse_test"].outcome is Outcome.OK
+
+
 @pytest.mark.parametrize("command", [
     ["nvidia-smi", "--gpu-reset"], ["lspci", "-t"], ["dmesg", "--follow"], ["apt-get", "dist-upgrade"],
     ["mlxlink", "-d", "mlx5_0"], ["dkms", "status"], ["flint", "-d", "mlx5_0", "q"],

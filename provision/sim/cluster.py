@@ -191,7 +191,7 @@ def down(state_dir: Path) -> bool:
 def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
     """What each simulated repository publishes (:mod:`provision.sim.mirror`): Ubuntu's archive (the kernel's
     headers and image, python3-venv) and NVIDIA's CUDA repository (each driver branch the spec or a fault names,
-    the fabric manager, the toolkit). The InfiniBand stack's repositories serve the release their URL names."""
+    the fabric manager, the toolkit, DCGM 4). The InfiniBand stack's repositories serve the release their URL names."""
     pins = loaded.spec.software
     drivers = {pins.gpu_driver}
     drivers |= {fault["params"]["version"] for fault in faults if fault["kind"] == "wrong_driver"}
@@ -200,6 +200,9 @@ def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, d
         branch = version.split(".")[0]
         for name in (f"nvidia-driver-{branch}", f"nvidia-utils-{branch}", f"nvidia-fabricmanager-{branch}"):
             cuda.setdefault(name, []).append(f"{version}-1")
+    # DCGM 4 for CUDA 12, as NVIDIA's repository publishes it for Ubuntu 22.04 (the core and the diag's plugins)
+    for name in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"):
+        cuda[name] = ["1:4.2.3-1"]
     major, _, minor = pins.cuda.partition(".")
     cuda[f"cuda-toolkit-{major}-{minor.split('.')[0] or '0'}"] = [f"{pins.cuda}.0-1"]
     kernel = pins.kernel or DEFAULT_KERNEL

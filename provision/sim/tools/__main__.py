@@ -33,13 +33,14 @@ TOOLS: dict[str, str] = {
     "apt-mark": "apt:apt_mark",
     "ib_write_bw": "perftest:ib_write_bw",
     "ibportstate": "portstate:ibportstate",
+    "dcgmi": "dcgm:dcgmi",
 }
 
 #: Commands a playbook might call on a real host that must never reach this
 #: machine's real binaries from a simulated node: they fail loudly instead.
 GUARDED = ("dkms", "update-initramfs", "mlnxofedinstall", "nvidia-installer", "flint", "mlxconfig", "mlxlink",
            "ipmitool", "dpkg", "apt", "poweroff", "halt", "init", "kexec", "sysctl", "ofed_info",
-           "hca_self_test.ofed", "dcgmi", "nvidia-bug-report.sh", "rmmod", "insmod", "ip", "ifdown", "ifup")
+           "hca_self_test.ofed", "nvidia-bug-report.sh", "rmmod", "insmod", "ip", "ifdown", "ifup")
 
 
 def main(argv: list[str]) -> int:

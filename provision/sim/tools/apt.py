@@ -354,6 +354,8 @@ def _effects(state: dict, name: str, version: str) -> None:
         state.setdefault("services", {}).setdefault("nvidia-fabricmanager", {"enabled": False, "active": False})
     elif name.startswith("nvidia-utils-"):
         state.setdefault("services", {}).setdefault("nvidia-persistenced", {"enabled": False, "active": False})
+    elif name == "datacenter-gpu-manager-4-core":  # nv-hostengine's unit, installed stopped
+        state.setdefault("services", {}).setdefault("nvidia-dcgm", {"enabled": False, "active": False})
 
 
 def _version_key(version: str) -> list[int]:
