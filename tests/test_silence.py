@@ -9,6 +9,7 @@ the degraded outputs or report them as not passed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -109,7 +110,8 @@ def test_no_check_passes_on_a_degraded_fact(host, name: str, degraded: str) -> N
 
 
 def test_every_registered_fact_is_walked() -> None:
-    others = {"nccl_all_reduce_perf", "slurm_nodes", "sinfo", "gpu_query_fields", "query_xml"}
+    others = {"nccl_all_reduce_perf", "slurm_nodes", "sinfo", "gpu_query_fields", "query_xml", "dcgm_version",
+              *(f"dcgm_diag_r{level}" for level in (1, 2, 3, 4))}
     assert set(FACTS) == set(PREFLIGHT_FACTS) | others
 
 
@@ -122,6 +124,23 @@ def test_the_field_probe_refuses_what_lists_no_field(degraded: str) -> None:
     output = DEGRADED[degraded](json.loads((CASES / "gpu_query_fields" / "driver_535.json").read_text())["output"])
     with pytest.raises(ValueError):
         parse_help_query(output)
+
+
+@pytest.mark.parametrize("degraded", sorted(DEGRADED))
+def test_dcgm_never_passes_a_degraded_report(degraded: str) -> None:
+    from provision.checks.dcgm_diag import DiagExpectations, evaluate
+    from provision.facts import dcgm
+
+    case = json.loads((CASES / "dcgm_diag_r2" / "healthy.json").read_text())
+    try:
+        report = dcgm.parse_diag(DEGRADED[degraded](case["output"]))
+    except ValueError:
+        report = None
+    judged = evaluate(report, DiagExpectations(2, 2))
+    assert not any(result.outcome is Outcome.OK for result in judged), degraded
+    version = json.loads((CASES / "dcgm_version" / "hostengine_running.json").read_text())["output"]
+    with contextlib.suppress(ValueError):
+        assert dcgm.parse_version(DEGRADED[degraded](version)).hostengine is None, "a cut -v names no engine"
 
 
 NCCL = (Path(__file__).parent / "facts" / "nccl_all_reduce_perf" / "a100_public_points.json")

@@ -283,10 +283,15 @@ def check_kernel_log(gathered: Gathered, expect: Expectations) -> list[CheckResu
 
 
 def _links(gathered: Gathered, name: str) -> dict[str, str]:
-    """A folder's links as read; a folder that could not be read makes the check unknown, never empty."""
+    """A folder's links as read; a folder that could not be read, or whose targets are not paths, makes the check
+    unknown, never empty."""
     if name in gathered.problems:
         raise Unknown(gathered.problems[name])
-    return gathered.links.get(name) or {}
+    links = gathered.links.get(name) or {}
+    for entry, target in links.items():  # as sysfs lists them: absolute, or relative to the folder
+        if not target.startswith(("/", "../")) or any(character.isspace() for character in target):
+            raise Unknown(f"{name}: {entry} leads to {target[:80]!r}, not a path")
+    return links
 
 
 def _hca_addresses(gathered: Gathered) -> dict[str, str]:
@@ -314,8 +319,12 @@ def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResul
             if _int(gpu.pcie_gen_max) < expect.gpu_pcie[0]:
                 failures.append(f"GPU {gpu.index} ({gpu.bus_id}) can train only to Gen"
                                 f"{gpu.pcie_gen_max}, the spec says Gen{expect.gpu_pcie[0]}")
+    unmeasured = []
     for hca in expect.rail_hcas:
-        found = devices.get(hca_addresses.get(hca, ""))
+        if hca not in hca_addresses:  # not listed: its link was not measured (ib_ports fails an HCA that is gone)
+            unmeasured.append(hca)
+            continue
+        found = devices.get(hca_addresses[hca])
         if found is None or found.link_status is None:
             continue  # a missing HCA is the IB port check's finding
         gen, width = expect.hca_pcie
@@ -324,6 +333,8 @@ def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResul
                             f"x{found.link_status.width}, the spec says {GT_PER_GEN[gen]:g} GT/s x{width}")
     limited = [line.message for line in lines if "limited by" in line.message]
     failures += [f"kernel: {message}" for message in limited]
+    if unmeasured and not failures:  # a failure measured stands; otherwise what was not measured is not at spec
+        raise Unknown(f"{', '.join(unmeasured)}: no /sys/class/infiniband entry, its PCIe link was not read")
     return [_result("pcie_link", failures, f"{len(gpus)} GPU and {len(expect.rail_hcas)} HCA links at spec",
                     "reboot to retrain the link; reseat the card or riser if it stays low")]
 
@@ -345,8 +356,12 @@ def check_rail_map(gathered: Gathered, expect: Expectations) -> list[CheckResult
     farther HCA sends GPUDirect traffic across a root complex or a socket, and names the wrong HCA on tickets."""
     if not expect.rails:
         return [CheckResult("rail_map", Outcome.SILENCED, "the spec maps no rails")]
-    devices = _links(gathered, "pci_devices")
-    hca_chains = {hca: _pci_chain(target) for hca, target in _links(gathered, "infiniband").items()}
+    unread = ""
+    try:
+        devices = _links(gathered, "pci_devices")
+        hca_chains = {hca: _pci_chain(target) for hca, target in _links(gathered, "infiniband").items()}
+    except Unknown as problem:  # the PCIe tree not read: nvidia-smi topo -m alone judges the map, below
+        devices, hca_chains, unread = {}, {}, f"{problem}; "
     gpu_bus = {int(gpu.index): _bus_id(gpu.bus_id) for gpu in _gpus(gathered)}
     rail_hcas = [hca for hca, _ in expect.rails if hca_chains.get(hca)]
     failures, judged = [], 0
@@ -371,8 +386,8 @@ def check_rail_map(gathered: Gathered, expect: Expectations) -> list[CheckResult
     if not judged and topo is not None:
         failures, judged = _rail_map_from_topology(topo, expect)
     if not judged:
-        raise Unknown("no rail's GPU and HCA were found on the PCIe tree (pci_devices and infiniband links) or in "
-                      "nvidia-smi topo -m")
+        raise Unknown(f"{unread}no rail's GPU and HCA were found on the PCIe tree (pci_devices and infiniband "
+                      "links) or in nvidia-smi topo -m")
     result = _result("rail_map", failures, f"{judged} rails: each HCA beside its GPU",
                      "fix hardware.<profile>.rails in the spec (nvidia-smi topo -m shows which NIC is PIX/PXB to each "
                      "GPU), or the cabling if the HCAs were swapped in their slots")
@@ -435,13 +450,16 @@ def check_acs(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     if not expect.acs_disable:
         return [CheckResult("acs", Outcome.SILENCED, "host.pcie_acs.disable is false: not checked")]
     devices = _pci_devices(gathered)
-    paths = _links(gathered, "pci_devices")
     endpoints = [device.address for device in devices.values()
                  if (device.kind == "3D controller" and "NVIDIA" in device.description)
                  or device.kind == "Infiniband controller"]
     if expect.acs_scope == "all_bridges":
         scope = {address for address, device in devices.items() if device.is_bridge}
     else:
+        paths = _links(gathered, "pci_devices")
+        unread = [endpoint for endpoint in endpoints if not _pci_chain(paths.get(endpoint, ""))]
+        if unread:  # a bridge not listed is not a bridge with ACS off
+            raise Unknown(f"the PCIe path of {', '.join(unread[:4])} was not read (/sys/bus/pci/devices)")
         scope = {part for endpoint in endpoints for part in paths.get(endpoint, "").split("/")
                  if part.count(":") == 2 and part != endpoint}
     failures = [f"bridge {address}: ACS {'+'.join(devices[address].acs_redirects)} on"
