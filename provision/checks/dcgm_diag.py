@@ -59,7 +59,8 @@ def evaluate(report: DiagReport | None, expect: DiagExpectations, *, exit_code: 
     by_plugin: dict[str, list[DiagTest]] = {}
     for test in report.tests:
         by_plugin.setdefault(test.plugin, []).append(test)
-    for plugin in (*required(expect.level), *(name for name in by_plugin if name not in required(expect.level))):
+    asked = required(expect.level)
+    for plugin in (*asked, *(name for name in by_plugin if name not in asked)):
         tests = by_plugin.get(plugin)
         if not tests:
             results.append(CheckResult(f"dcgm_{plugin}", Outcome.UNKNOWN,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import NoReturn
+from typing import Any, NoReturn
 
 #: The file a host's root holds once it is built (see ``provision.sim.host``): a stand-in finding it needs
 #: nothing of the builder.
@@ -29,3 +29,8 @@ def privileged() -> bool:
     """Whether the stand-in runs as root. A simulated host refuses an unprivileged user what a real one refuses
     (kernel.dmesg_restrict, config space beyond the first 64 bytes, umad devices), with the real tools' words."""
     return os.geteuid() == 0
+
+
+def service_active(state: dict[str, Any], unit: str) -> bool:
+    """Whether the host's systemd unit runs now (``systemctl start`` sets it; a boot or a crash clears it)."""
+    return bool(state.get("services", {}).get(unit, {}).get("active"))

@@ -18,7 +18,7 @@ from typing import Any
 
 from provision.sim.node import load_state
 from provision.sim.tools.apt import read_status
-from provision.sim.tools.common import ToolError, not_simulated, privileged
+from provision.sim.tools.common import ToolError, not_simulated, privileged, service_active
 
 CORE, PLUGINS = "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"
 VERSION = "4.2.3"
@@ -41,7 +41,7 @@ def dcgmi(root: Path, args: list[str]) -> int:
     if CORE not in packages:
         raise ToolError("dcgmi: command not found", 127)
     state = load_state(root)
-    engine = bool(state.get("services", {}).get("nvidia-dcgm", {}).get("active"))
+    engine = service_active(state, "nvidia-dcgm")
     if args == ["-v"]:
         print(_build_info())
         if engine:
@@ -66,7 +66,7 @@ def dcgmi(root: Path, args: list[str]) -> int:
 
 def _diag(smi: Any, level: int) -> tuple[dict[str, Any], set[int]]:
     severities: set[int] = set()
-    persistence = bool(smi.state.get("services", {}).get("nvidia-persistenced", {}).get("active"))
+    persistence = service_active(smi.state, "nvidia-persistenced")
     categories: dict[str, list[dict[str, Any]]] = {}
     for step in range(1, level + 1):
         for plugin in LEVELS[step]:

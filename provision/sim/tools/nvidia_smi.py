@@ -20,7 +20,7 @@ from provision.catalog import GPU_MODELS
 from provision.hostmodel import pciconfig
 from provision.sim.node import load_state
 from provision.sim.tools.apt import installed_version
-from provision.sim.tools.common import ToolError, not_simulated
+from provision.sim.tools.common import ToolError, not_simulated, service_active
 
 PRODUCT_NAMES = {"H100-SXM-80GB": "NVIDIA H100 80GB HBM3", "H200-SXM-141GB": "NVIDIA H200",
                  "A100-SXM4-80GB": "NVIDIA A100-SXM4-80GB", "B200-SXM-180GB": "NVIDIA B200"}
@@ -107,7 +107,8 @@ class Smi:
             max_gen, max_width, gen, width = self.link(gpu)
             lines += [
                 _kv(1, "Product Name", self.name()), _kv(1, "Product Brand", "NVIDIA"),
-                _kv(1, "Persistence Mode", "Enabled" if self._service_active("nvidia-persistenced") else "Disabled"),
+                _kv(1, "Persistence Mode",
+                    "Enabled" if service_active(self.state, "nvidia-persistenced") else "Disabled"),
                 _kv(1, "Serial Number", gpu["serial"]), _kv(1, "GPU UUID", gpu["uuid"]),
                 _kv(1, "Minor Number", str(gpu["index"])), _kv(1, "VBIOS Version", gpu["vbios"]),
                 "    PCI", _kv(2, "Bus", "0x" + gpu["bdf"][5:7]), _kv(2, "Device", "0x00"),
@@ -147,9 +148,6 @@ class Smi:
             lines.append(_kv(1, "Processes", "None"))
         return lines
 
-    def _service_active(self, unit: str) -> bool:
-        return bool(self.state.get("services", {}).get(unit, {}).get("active"))
-
     # -- --query-gpu ------------------------------------------------------------------
     def gpu_field(self, gpu: dict[str, Any], field: str) -> tuple[str, str]:
         """(value, unit) of one ``--query-gpu`` field."""
@@ -166,7 +164,7 @@ class Smi:
             "memory.total": (str(self.model.memory_gib * 1024 - 373), " MiB"),
             "pcie.link.gen.current": (str(gen), ""), "pcie.link.gen.max": (str(max_gen), ""),
             "pcie.link.width.current": (str(width), ""), "pcie.link.width.max": (str(max_width), ""),
-            "persistence_mode": ("Enabled" if self._service_active("nvidia-persistenced") else "Disabled", ""),
+            "persistence_mode": ("Enabled" if service_active(self.state, "nvidia-persistenced") else "Disabled", ""),
             "clocks_throttle_reasons.active": (f"0x{mask:016X}", ""),
             "mig.mode.current": (gpu.get("mig_mode", "Disabled"), ""),
             "clocks.applications.graphics": (str(gpu.get("application_clock_mhz", DEFAULT_APPLICATION_MHZ)), " MHz"),
