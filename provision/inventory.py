@@ -42,6 +42,20 @@ def cuda_toolkit(cuda: str) -> dict[str, str]:
     return {f"cuda-toolkit-{parts[0]}-{parts[1] if len(parts) > 1 else 0}": cuda if len(parts) >= 3 else "*"}
 
 
+def dcgm_packages(loaded: LoadedSpec) -> dict[str, str]:
+    """``software.dcgm``'s packages as NVIDIA's repository names them, at the version with its epoch (``1:``):
+    DCGM 4 splits the core from the diagnostic's plugins, built per CUDA major (``-4-cuda12``, the node's
+    ``software.cuda``); DCGM 3 and before is one package."""
+    pins = loaded.spec.software
+    if pins.dcgm is None:
+        return {}
+    version = f"1:{pins.dcgm}"
+    if int(pins.dcgm.split(".")[0]) >= 4:
+        cuda_major = pins.cuda.split(".")[0]
+        return {"datacenter-gpu-manager-4-core": version, f"datacenter-gpu-manager-4-cuda{cuda_major}": version}
+    return {"datacenter-gpu-manager": version}
+
+
 def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[str, Any]:
     spec = loaded.spec
     profile = spec.hardware[node.hardware]
@@ -129,6 +143,7 @@ def build(loaded: LoadedSpec, state_dir: Path) -> dict[str, Any]:
                 "host_tuning_swap": tuning.swap,
                 "package_sources": package_sources(loaded),
                 "package_sources_list": SOURCES_LIST,
+                "dcgm_packages": dcgm_packages(loaded),
                 "kernel_cmdline_parameters": ["iommu=pt"] if spec.host.iommu == "passthrough" else [],
                 **runtime_vars(loaded),
             },

@@ -39,8 +39,9 @@ NODE_MODULES = (
     "provision/__init__.py", "provision/hostsession.py", "provision/node_check.py",
     "provision/checks/__init__.py", "provision/checks/outcome.py", "provision/checks/kernel_allowlist.py",
     "provision/checks/preflight.py",
-    "provision/facts/__init__.py", "provision/facts/fact.py", "provision/facts/infiniband.py",
-    "provision/facts/kernel_log.py", "provision/facts/lspci.py", "provision/facts/nvidia_smi.py",
+    "provision/facts/__init__.py", "provision/facts/fact.py", "provision/facts/dcgm.py",
+    "provision/facts/infiniband.py", "provision/facts/kernel_log.py", "provision/facts/lspci.py",
+    "provision/facts/nvidia_smi.py",
     "provision/facts/packages.py", "provision/facts/system.py",
 )
 #: The oldest Python the node runtime runs on (Ubuntu 22.04's python3).

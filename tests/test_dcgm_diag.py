@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from provision.checks.dcgm_diag import DiagExpectations, evaluate, required
+from provision.catalog import dcgm_tests
+from provision.checks.dcgm_diag import DiagExpectations, evaluate
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts.dcgm import DiagReport, parse_diag
 
@@ -62,7 +64,7 @@ def test_a_test_failed_in_its_summary_alone_fails() -> None:
 
 def test_dcgm_33s_display_names_and_deployment_checks_map_to_the_same_checks() -> None:
     judged = _judged("dcgm_diag_r4/memtest_faulty_memory_dcgm33", level=4, gpus=8)
-    assert set(judged) == {f"dcgm_{plugin}" for plugin in required(4)}
+    assert set(judged) == {f"dcgm_{plugin}" for plugin in dcgm_tests(4)}
     assert judged["dcgm_memtest"].outcome is Outcome.FAILED
     assert judged["dcgm_memtest"].message == ("DCGM memtest: GPU 5: Found 3 faulty memory elements on GPU 5 Run a "
                                               "field diagnostic on the GPU. (DCGM error 52)")
@@ -114,3 +116,41 @@ def test_a_report_that_cannot_be_read_is_unknown() -> None:
         parse_diag(case["output"])
     (result,) = evaluate(None, DiagExpectations(3, 8), problem=str(refused.value))
     assert result.outcome is Outcome.UNKNOWN and "status 'Warn'" in result.message
+
+
+# -- one run of dcgmi diag as the dcgm stage hands it to the judgement (provision.burnin.dcgm.judge_run) -------
+def _run(case: str, rc: int, stderr: str = "", **fields: object) -> Any:
+    from provision.hostsession import CommandResult
+
+    output = json.loads((FACTS / f"{case}.json").read_text())["output"] if case else ""
+    return CommandResult(("dcgmi", "diag", "-r", "3", "-j"), rc, output, stderr, 900.0, **fields)  # type: ignore[arg-type]
+
+
+def test_the_stage_judges_a_failed_run_on_its_report_not_its_exit_status() -> None:
+    from provision.burnin.dcgm import judge_run
+
+    judged = {result.check: result for result in judge_run(
+        _run("dcgm_diag_r3/targeted_power_short_on_one_gpu", 226), DiagExpectations(3, 8, frozenset({"eud"})))}
+    assert judged["dcgm_targeted_power"].outcome is Outcome.FAILED
+    assert judged["dcgm_memory"].outcome is Outcome.OK
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"lost": True}, "the connection to the host dropped during dcgmi diag -r 3 -j (ours, not the host's)"),
+    ({"timed_out": True}, "timed out after 900 s"),
+    ({"refused_root": "sudo: a password is required"}, "needs root: sudo: a password is required"),
+])
+def test_a_run_that_did_not_finish_is_unknown_with_the_reason_even_with_a_report(fields: dict, says: str) -> None:
+    from provision.burnin.dcgm import judge_run
+
+    results = judge_run(_run("dcgm_diag_r2/healthy", 0, **fields), DiagExpectations(2, 2))
+    assert [(result.check, result.outcome) for result in results] == [("dcgm", Outcome.UNKNOWN)]
+    assert says in results[0].message, results[0].message
+
+
+def test_a_run_that_printed_nothing_is_unknown() -> None:
+    from provision.burnin.dcgm import judge_run
+
+    results = judge_run(_run("", 127, stderr="bash: line 1: dcgmi: command not found"), DiagExpectations(3, 8))
+    assert [(result.check, result.outcome) for result in results] == [("dcgm", Outcome.UNKNOWN)]
+    assert "command not found" in results[0].message

@@ -89,7 +89,7 @@ def test_check(path: Path) -> None:
         files={name: None if reference is None else _output(reference)
                for name, reference in case.get("files", {}).items()},
         links={name: _output(reference) for name, reference in case.get("links", {}).items()},
-        problems=case.get("problems", {}))
+        problems=case.get("problems", {}), missing=set(case.get("missing", [])))
     results = {result.check: result for result in preflight.evaluate(gathered, _expectations(case.get("expect", {})))}
     result = results[path.parent.name]
     assert result.outcome is Outcome(case["outcome"]), result

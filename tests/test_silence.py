@@ -49,7 +49,8 @@ HEALTHY = {"gpus": "gpus/h100_healthy", "remapped_rows": "remapped_rows/healthy"
            "topology": "topology/two_gpus_one_rail", "fabric_manager": "fabric_manager/active",
            "dpkg_status": "dpkg_status/driver_535",
            "modules": "modules/peermem_loaded", "pci_devices": "pci_devices/one_device",
-           "infiniband": "infiniband/one_device", "cmdline": "cmdline/ubuntu_server"}
+           "infiniband": "infiniband/one_device", "cmdline": "cmdline/ubuntu_server",
+           "dcgm_version": "dcgm_version/hostengine_running"}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def host() -> tuple[preflight.Gathered, preflight.Expectations]:
         outputs={probe.name: output(probe.name) for probe in preflight.PROBES},
         files={probe.name: output(probe.name) for probe in preflight.FILES},
         links={probe.name: output(probe.name) for probe in preflight.LINKS})
-    return gathered, _expectations({"allowlist": "builtin", "iommu": "passthrough"})
+    return gathered, _expectations({"allowlist": "builtin", "iommu": "passthrough", "dcgm_min": "3.1.6"})
 
 
 def _evaluate(gathered: preflight.Gathered, expect: preflight.Expectations) -> dict[str, Outcome]:
@@ -110,7 +111,7 @@ def test_no_check_passes_on_a_degraded_fact(host, name: str, degraded: str) -> N
 
 
 def test_every_registered_fact_is_walked() -> None:
-    others = {"nccl_all_reduce_perf", "slurm_nodes", "sinfo", "gpu_query_fields", "query_xml", "dcgm_version",
+    others = {"nccl_all_reduce_perf", "slurm_nodes", "sinfo", "gpu_query_fields", "query_xml",
               *(f"dcgm_diag_r{level}" for level in (1, 2, 3, 4))}
     assert set(FACTS) == set(PREFLIGHT_FACTS) | others
 

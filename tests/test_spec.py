@@ -178,3 +178,34 @@ def test_a_key_is_read_by_its_form() -> None:
     assert key_form(bytes([0xC6, 0xC1, 0x4D, 0x04])) == "binary"  # new format, tag 6
     assert key_form(bytes([0x95, 0x03])) is None  # tag 5: a secret key
     assert key_form(b"<html>404</html>") is None and key_form(b"") is None
+
+
+def test_dcgm_settings_act_or_are_refused_where_they_are_written(tmp_path: Path) -> None:
+    """burnin.dcgm only through the dcgm stage; a skip allowed only for a test its level runs; a pinned DCGM no
+    older than the first whose diagnostic knows the GPU (H100 SXM: 3.1.6)."""
+    import yaml
+
+    from provision.inventory import dcgm_packages
+
+    data = yaml.safe_load(example_text())
+    data["burnin"]["stages"] = ["preflight", "node"]
+    data["burnin"]["dcgm"] = {"level": 2, "allowed_skips": ["pcie", "memtest", "eud"]}
+    data["software"]["dcgm"] = "3.1.3"
+    with pytest.raises(SpecError) as caught:
+        load_spec(_write(tmp_path, yaml.safe_dump(data, sort_keys=False)))
+    messages = sorted(str(issue).split(": ", 1)[1] for issue in caught.value.issues)
+    assert messages == sorted([
+        "burnin.dcgm: the burn-in has no dcgm stage: these settings would be read by nothing (hint: add dcgm to "
+        "burnin.stages (after node) or remove burnin.dcgm)",
+        "burnin.dcgm.allowed_skips[1]: memtest runs from level 4, not at level 2: there is no skip of it to allow "
+        "(hint: remove it, or set burnin.dcgm.level to 4)",
+        "burnin.dcgm.allowed_skips[2]: eud runs from level 3, not at level 2: there is no skip of it to allow "
+        "(hint: remove it, or set burnin.dcgm.level to 3 or more)",
+        "software.dcgm: DCGM 3.1.3 predates H100-SXM-80GB (hardware.hgx-h100): its diagnostic knows the GPU from "
+        "3.1.6 (hint: pin DCGM 3.1.6 or later)"]), messages
+    data["burnin"]["stages"] = ["preflight", "node", "dcgm"]
+    data["burnin"]["dcgm"] = {"level": 4, "allowed_skips": ["memtest", "eud"]}
+    data["software"]["dcgm"] = "3.1.6"
+    loaded = load_spec(_write(tmp_path, yaml.safe_dump(data, sort_keys=False)))
+    assert dcgm_packages(loaded) == {"datacenter-gpu-manager": "1:3.1.6"}
+    assert "dcgm" in type(loaded.spec.burnin)().stages, "the default burn-in runs DCGM's diagnostic"

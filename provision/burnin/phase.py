@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from provision import observe, slurm
-from provision.burnin import multinode, pairs, training
+from provision.burnin import dcgm, multinode, pairs, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import check_runtimes, run_preflight
 from provision.burnin.verdict import NodeVerdict
@@ -48,6 +48,11 @@ def _node(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]
     verdicts = multinode.run_node_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
                                         evidence_dir=context.run.path / "workers")
     return verdicts
+
+
+def _dcgm(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+    return dcgm.run_dcgm_stage(context.loaded, nodes, context.store.state_dir, forks=context.forks,
+                               evidence_dir=context.run.path / "dcgm")
 
 
 def _pairs(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
@@ -89,8 +94,12 @@ def _training(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerd
 
 
 #: Stage name -> runner; the spec's stage names (``provision.spec.model.BURNIN_STAGES``) are all here.
-STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "pairs": _pairs,
+STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "dcgm": _dcgm, "pairs": _pairs,
                                   "collectives": _collectives, "training": _training}
+
+
+#: Stages that start no worker of ours on the nodes, so need no runtime there (DCGM's diagnostic is DCGM's).
+WITHOUT_WORKERS = {"preflight", "dcgm"}
 
 
 def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: Sequence[str], *,
@@ -161,7 +170,7 @@ class BurninPhase:
             for node in due:
                 store.transition(node.name, NodeState.BURNING_IN, run_id=run.id, stage=stage)
             run.event("burnin.stage.started", stage=stage, nodes=[node.name for node in due])
-            lacking = {} if stage == "preflight" else check_runtimes(loaded, due, store.state_dir, stage,
+            lacking = {} if stage in WITHOUT_WORKERS else check_runtimes(loaded, due, store.state_dir, stage,
                                                                      context.forks)
             ready = [node for node in due if node.name not in lacking]
             stage_verdicts = [*lacking.values(), *(STAGES[stage](context, ready) if ready else [])]

@@ -11,18 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from provision.catalog import dcgm_tests
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts.dcgm import DiagMessage, DiagReport, DiagTest
 
-#: What each run level adds (NVIDIA/DCGM nvvs/src/NvidiaValidationSuite.cpp, FillTestVectors, 3.3.9 and 4.2.3).
-#: Level 3 may also run eud, cpu_eud and nvbandwidth where their packages are installed: judged when reported,
-#: never required.
-LEVEL_PLUGINS = {
-    1: ("software",),
-    2: ("pcie", "memory"),
-    3: ("diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth"),
-    4: ("memtest", "pulse_test"),
-}
 #: Exit statuses of ``dcgmi diag`` that come with a complete report: 0 (nothing counted as failed), 226 (a
 #: failure: DCGM_ST_NVVS_ERROR) and 205 (a failure of the isolate class: DCGM_ST_NVVS_ISOLATE_ERROR).
 COMPLETE = {0, 205, 226}
@@ -37,10 +29,6 @@ class DiagExpectations:
     level: int
     gpus: int
     allowed_skips: frozenset[str] = frozenset()
-
-
-def required(level: int) -> tuple[str, ...]:
-    return tuple(plugin for step in range(1, level + 1) for plugin in LEVEL_PLUGINS[step])
 
 
 def evaluate(report: DiagReport | None, expect: DiagExpectations, *, exit_code: int = 0,
@@ -59,7 +47,7 @@ def evaluate(report: DiagReport | None, expect: DiagExpectations, *, exit_code: 
     by_plugin: dict[str, list[DiagTest]] = {}
     for test in report.tests:
         by_plugin.setdefault(test.plugin, []).append(test)
-    asked = required(expect.level)
+    asked = dcgm_tests(expect.level)
     for plugin in (*asked, *(name for name in by_plugin if name not in asked)):
         tests = by_plugin.get(plugin)
         if not tests:

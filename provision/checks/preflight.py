@@ -20,14 +20,14 @@ from typing import Any, cast
 
 from provision.checks import kernel_allowlist
 from provision.checks.outcome import CheckResult, Outcome
-from provision.facts import infiniband, kernel_log, lspci, nvidia_smi, packages, system
+from provision.facts import dcgm, infiniband, kernel_log, lspci, nvidia_smi, packages, system
 from provision.facts.fact import Fact, Parsed
 from provision.hostsession import CommandResult, HostSession, ReadFailed
 
 #: What preflight reads from a host; each fact's command (or file) and parser live in its own module.
 PROBES: tuple[Fact[Any], ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
                             nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, lspci.LSPCI,
-                            infiniband.IBSTAT, system.DF, packages.FABRIC_MANAGER)
+                            infiniband.IBSTAT, system.DF, packages.FABRIC_MANAGER, dcgm.VERSION)
 FILES: tuple[Fact[Any], ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES, packages.DPKG_STATUS,
                                 system.CMDLINE)
 LINKS: tuple[Fact[Any], ...] = (lspci.PCI_DEVICES, infiniband.INFINIBAND)
@@ -74,6 +74,10 @@ class Expectations:
     rails: tuple[tuple[str, int], ...] = ()  # (HCA, the GPU index the spec pairs it with)
     nvswitch: bool = False  # an NVSwitch board: CUDA needs nvidia-fabricmanager running
     iommu: str = "unchanged"  # host.iommu: ``passthrough`` means the kernel must have booted with iommu=pt
+    #: The burn-in runs DCGM's diagnostic: the oldest DCGM that knows the GPU (empty: no dcgm stage), and
+    #: software.dcgm's pin (empty: the image's DCGM, any version from that one).
+    dcgm_min: str = ""
+    dcgm_version: str = ""
 
 
 @dataclass
@@ -84,8 +88,12 @@ class Gathered:
     files: dict[str, str | None] = field(default_factory=dict)
     links: dict[str, dict[str, str]] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
+    #: Probes whose command the host does not have (the shell's exit status 127): a fact about the host.
+    missing: set[str] = field(default_factory=set)
     parsed: dict[str, Any] = field(default_factory=dict, repr=False)  # each output parsed once, for every check
 
+
+COMMAND_NOT_FOUND = 127  # the shell's exit status for a command it cannot find
 
 #: Probes run at once over a host's one connection: sshd refuses channels past its MaxSessions (10 by default) with
 #: "Connect failed" (and counts a finished channel until it has closed it), and a probe refused so would be unknown
@@ -123,6 +131,8 @@ def collect(session: HostSession, timeout_s: float) -> Gathered:
             gathered.outputs[name] = result.stdout
         else:
             gathered.problems[name] = result.problem()
+            if result.rc == COMMAND_NOT_FOUND and not (result.lost or result.timed_out or result.refused_root):
+                gathered.missing.add(name)
     return gathered
 
 
@@ -484,6 +494,33 @@ def check_iommu(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
                     evidence=[text.strip()[:300]])]
 
 
+def check_dcgm(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """Before the dcgm stage: DCGM installed, its host engine answering at the client's version (an engine left
+    running across an upgrade refuses the new client), and new enough for the GPU, at the pin when there is one."""
+    if not expect.dcgm_min:
+        return [CheckResult("dcgm", Outcome.SILENCED, "the burn-in has no dcgm stage: not checked")]
+    if dcgm.VERSION.name in gathered.missing:
+        return [CheckResult("dcgm", Outcome.FAILED, "DCGM is not installed (dcgmi: command not found)",
+                            "pin it in software.dcgm (provision apply installs it) or install it in the image")]
+    version = _parse(gathered, dcgm.VERSION)
+    failures = []
+    if version.hostengine is None:
+        failures.append(f"DCGM {version.client}'s host engine does not answer (dcgmi -v names none)")
+    elif version.hostengine != version.client:
+        failures.append(f"DCGM's host engine runs {version.hostengine} beside dcgmi {version.client}: restart it")
+    if _release(version.client) < _release(expect.dcgm_min):
+        failures.append(f"DCGM {version.client} predates this GPU ({expect.gpu_model}): its diagnostic knows it "
+                        f"from {expect.dcgm_min}")
+    if expect.dcgm_version and version.client != expect.dcgm_version:
+        failures.append(f"DCGM {version.client} installed where software.dcgm pins {expect.dcgm_version}")
+    return [_result("dcgm", failures, f"DCGM {version.client} with its host engine running",
+                    "systemctl enable --now nvidia-dcgm; re-run provision apply (the dcgm role installs the pin)")]
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
 def check_ib_ports(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     hcas = _parse(gathered, infiniband.IBSTAT)
     failures = []
@@ -655,6 +692,7 @@ CHECKS: dict[tuple[str, ...], Evaluator] = {
     ("nvlink_errors",): check_nvlink_errors,
     ("throttle",): check_throttle,
     ("fabric_manager",): check_fabric_manager,
+    ("dcgm",): check_dcgm,
     ("clocks", "persistence", "mig"): check_gpu_modes,
     ("disk", "swap"): check_disk,
 }

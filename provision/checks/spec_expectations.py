@@ -34,4 +34,6 @@ def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
         allowlist=tuple(kernel_allowlist.load(allowlist_file)),
         rails=tuple(sorted(profile.rails.items(), key=lambda item: item[1])),
         nvswitch=profile.nvlink.present and profile.nvlink.nvswitch,
+        dcgm_min=gpu.dcgm_min if "dcgm" in spec.burnin.stages else "",
+        dcgm_version=spec.software.dcgm or "",
     )

@@ -21,7 +21,7 @@ from provision.catalog import GPU_MODELS
 from topology.design import LINK_RATES_GBPS
 
 #: The stages of the burn-in, cheapest first; the spec's ``burnin.stages`` are written in this order.
-BURNIN_STAGES = ("preflight", "node", "pairs", "collectives", "training")
+BURNIN_STAGES = ("preflight", "node", "dcgm", "pairs", "collectives", "training")
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=63)]
 EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -198,6 +198,10 @@ class SoftwarePins(Strict):
     kernel: Version | None = None
     nccl: Version | None = None
     runtime: NodeRuntime | None = None
+    #: DCGM (NVIDIA's datacenter GPU manager), ``major.minor.patch``: the dcgm role installs and holds it and runs
+    #: its host engine (nvidia-dcgm); none: the nodes' image brings DCGM, which preflight checks when the burn-in
+    #: has the dcgm stage.
+    dcgm: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+\.\d+$")] | None = None
     #: Written to each node's APT sources with their keys before any pinned package is installed; none: the
     #: image already reaches the packages (a site's own image or mirror configuration).
     repositories: list[PackageRepository] = []
@@ -380,11 +384,27 @@ class Workload(Strict):
     checkpoint_dir: Annotated[str, StringConstraints(pattern=r"^/\S*$")] = "/tmp/provision-burnin-checkpoints"
 
 
-Stage = Literal["preflight", "node", "pairs", "collectives", "training"]
+Stage = Literal["preflight", "node", "dcgm", "pairs", "collectives", "training"]
+#: DCGM's diagnostic tests by plugin name (DCGM 4's names; 3.x display names map onto them): the levels' tests
+#: and the optional ones a level 3 runs where their packages are installed.
+DcgmTest = Literal["software", "pcie", "memory", "diagnostic", "targeted_stress", "targeted_power",
+                   "memory_bandwidth", "memtest", "pulse_test", "eud", "cpu_eud", "nvbandwidth"]
+
+
+class DcgmDiag(Strict):
+    """``burnin.dcgm``: the dcgm stage's ``dcgmi diag -r <level>`` (1: deployment, seconds; 2: + PCIe and memory,
+    minutes; 3: + stress, targeted power and memory bandwidth, ~15 min; 4: + memtest and the pulse test, > 1 h)."""
+
+    level: Literal[1, 2, 3, 4] = 3
+    #: Tests whose skip is accepted (a skip is otherwise unknown, never a pass): e.g. ``eud``, shipped apart.
+    allowed_skips: list[DcgmTest] = []
+    #: How long one node's diagnostic may run before it is cut short (unknown); default by level.
+    timeout_s: Annotated[int, Field(ge=60, le=7 * 86400)] | None = None
 
 
 class Burnin(Strict):
-    stages: list[Stage] = ["preflight", "node", "pairs", "collectives", "training"]
+    stages: list[Stage] = ["preflight", "node", "dcgm", "pairs", "collectives", "training"]
+    dcgm: DcgmDiag | None = None
     repetitions: Annotated[int, Field(ge=1, le=100)] = 1
     thresholds: Thresholds = Thresholds()
     uuid_blocklist: list[Annotated[str, StringConstraints(pattern=r"^GPU-[0-9a-fA-F-]{36}$")]] = []

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from provision.catalog import DCGM_LEVEL_TESTS, DCGM_OPTIONAL_TESTS, GPU_MODELS, dcgm_tests
 from provision.hostmodel.devices import describe
 from provision.spec.faults import CATALOG, resolve_params, target_problem
 from provision.spec.issues import did_you_mean
@@ -75,6 +76,7 @@ def resolve(spec: ClusterSpec, spec_dir: Path) -> Resolution:
     _check_paths(spec, spec_dir, problems)
     _check_faults(spec, {node.name: node for node in nodes}, problems)
     _check_checkpoint_dir(spec, len(nodes), problems)
+    _check_dcgm(spec, problems)
     if spec.burnin is not None and spec.burnin.launcher == "slurm" and spec.slurm is None:
         problems.append(Problem(("burnin", "launcher"), "the slurm launcher starts the agents with srun, which "
                                 "needs a slurm: section (its conf, at least)", "add slurm: {conf: ...} or use "
@@ -324,6 +326,34 @@ def _check_paths(spec: ClusterSpec, spec_dir: Path, problems: list[Problem]) -> 
 #: The oldest torch the node tests (fabric_tests) are run on by ``make test``: constraints.txt's pin. The spec's
 #: runtime may not pin an older one.
 OLDEST_TORCH = "2.13.0"
+
+
+def _check_dcgm(spec: ClusterSpec, problems: list[Problem]) -> None:
+    """``burnin.dcgm`` acts only through the dcgm stage; a skip allowed for a test the level never runs would
+    silence nothing; a pinned DCGM older than a GPU's support runs its diagnostic with no parameters for it."""
+    burnin = spec.burnin
+    if burnin is not None and burnin.dcgm is not None:
+        if "dcgm" not in burnin.stages:
+            problems.append(Problem(("burnin", "dcgm"), "the burn-in has no dcgm stage: these settings would be "
+                                    "read by nothing", "add dcgm to burnin.stages (after node) or remove burnin.dcgm"))
+        level = burnin.dcgm.level
+        runs = {*dcgm_tests(level), *(DCGM_OPTIONAL_TESTS if level >= 3 else ())}
+        for index, test in enumerate(burnin.dcgm.allowed_skips):
+            if test not in runs:
+                first = next(step for step, tests in DCGM_LEVEL_TESTS.items() if test in tests) \
+                    if test not in DCGM_OPTIONAL_TESTS else 3
+                problems.append(Problem(("burnin", "dcgm", "allowed_skips", index), f"{test} runs from level "
+                                        f"{first}, not at level {level}: there is no skip of it to allow",
+                                        f"remove it, or set burnin.dcgm.level to {first}"
+                                        + (" or more" if first < 4 else "")))
+    if spec.software is None or spec.software.dcgm is None or spec.hardware is None:
+        return
+    for name, profile in spec.hardware.items():
+        model = GPU_MODELS.get(profile.gpu.model)
+        if model is not None and _release(spec.software.dcgm) < _release(model.dcgm_min):
+            problems.append(Problem(("software", "dcgm"), f"DCGM {spec.software.dcgm} predates {model.name} "
+                                    f"(hardware.{name}): its diagnostic knows the GPU from {model.dcgm_min}",
+                                    f"pin DCGM {model.dcgm_min} or later"))
 
 
 def _release(version: str) -> tuple[int, ...]:
