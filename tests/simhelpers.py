@@ -30,6 +30,8 @@ def write_spec(directory: Path, faults: list[dict], *, hosts: str = "sim[01-02]"
     data["nodes"]["groups"][0]["hosts"] = hosts
     if stages is not None:
         data["burnin"]["stages"] = stages
+        if "dcgm" not in stages:
+            data["burnin"].pop("dcgm", None)  # read by the dcgm stage only: refused without it
     if admission is not None:
         data["admission"] = admission
     data["simulation"] = {"seed": seed, "faults": faults, "collective_semantics": collective_semantics}
@@ -121,8 +123,9 @@ def provision(spec: Path) -> None:
 PROVISIONED_HOSTS = "sim[01-08]"
 #: Node faults no playbook touches, so the same struck before provisioning or after: an Xid is a line the kernel
 #: logs while the host runs, a disk fills while it runs; a perftest built without CUDA is a package as the site
-#: shipped it.
-IN_SERVICE_NODE_FAULTS = {"perftest_without_cuda", "xid", "disk_full"}
+#: shipped it; what only DCGM's load finds (a memory mismatch, a power draw, PCIe replays) is the GPU's own.
+IN_SERVICE_NODE_FAULTS = {"perftest_without_cuda", "xid", "disk_full", "gpu_memory_mismatch", "gpu_power_low",
+                          "pcie_replays"}
 _provisioned: dict[str, Path] = {}  # a spec's shape -> the folder of a cluster of that shape provisioned this session
 
 

@@ -536,7 +536,41 @@ def observe_reboot_hang(host: SimHost) -> None:
     assert boot_id.read_text() != second, "one hang: the next reboot comes back"
 
 
+def _under_dcgm(host: SimHost, gpu: int, test: str, words: str) -> None:
+    """A fault only load shows: the idle GPU looks healthy to nvidia-smi; DCGM's level 4 fails the one test on
+    the one GPU, with DCGM's words, and passes every other test."""
+    from provision.facts import dcgm
+
+    _install_driver(host)
+    idle = _gpu_rows(host, "index,ecc.errors.uncorrected.volatile.total,clocks_event_reasons.active")
+    assert all(row["ecc.errors.uncorrected.volatile.total"] == "0" for row in idle), idle
+    host.run("apt-get", "install", "-y", "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12")
+    host.run("systemctl", "start", "nvidia-persistenced")
+    run = host.run(*dcgm.DIAG[4].argv, check=False)
+    assert run.returncode in (205, 226), run.returncode
+    failed = [(t.plugin, r.gpu, m.text) for t in dcgm.parse_diag(run.stdout).tests for r in t.results
+              if r.status == "Fail" for m in r.messages]
+    assert [(plugin, index) for plugin, index, _text in failed] == [(test, gpu)], failed
+    assert words in failed[0][2], failed
+
+
+def observe_gpu_memory_mismatch(host: SimHost) -> None:
+    _under_dcgm(host, 1, "memtest", "A memory mismatch was detected on GPU 1, but no error was reported")
+
+
+def observe_gpu_power_low(host: SimHost) -> None:
+    _under_dcgm(host, 2, "targeted_power", "Max power of 380.0 did not reach desired power minimum "
+                                           "target_power_min_ratio of 525.0 for GPU 2")
+
+
+def observe_pcie_replays(host: SimHost) -> None:
+    _under_dcgm(host, 3, "pcie", "Detected 400 pcie_replay_counter for GPU 3 which is above the threshold 80")
+
+
 NODE_FAULTS = {
+    "gpu_memory_mismatch": ({"target": "gpu1"}, observe_gpu_memory_mismatch),
+    "gpu_power_low": ({"target": "gpu2", "params": {"max_w": 380.0}}, observe_gpu_power_low),
+    "pcie_replays": ({"target": "gpu3"}, observe_pcie_replays),
     "reboot_hang": ({}, observe_reboot_hang),
     "gpu_missing": ({"target": "gpu1"}, observe_gpu_missing),
     "pcie_downtrained": ({"target": "gpu2", "params": {"width": 8}}, observe_pcie_downtrained),

@@ -193,6 +193,18 @@ def disk_full(node: NodeContext, params: dict[str, Any], target: str | None) -> 
     disk["used_kb"] = int(disk["size_kb"] * params["percent"] / 100)
 
 
+def gpu_memory_mismatch(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.gpu(target)["memory_mismatch"] = True  # seen only by a test that writes and reads back its memory
+
+
+def gpu_power_low(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.gpu(target)["max_power_under_load_w"] = params["max_w"]  # idle draw is far below either way
+
+
+def pcie_replays(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.gpu(target)["pcie_replays_per_minute_under_load"] = params["per_minute"]
+
+
 def rank_fault(kind: str) -> Injector:
     """Rank-layer faults live in the processes of a test; the host records them for its Python's fault shim."""
     def inject(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
@@ -257,4 +269,5 @@ INJECTORS: dict[str, Injector] = {
     "fabricmanager_down": fabricmanager_down, "mig_enabled": mig_enabled,
     "perftest_without_cuda": perftest_without_cuda, "application_clocks_low": application_clocks_low,
     "unknown_kernel_log_line": unknown_kernel_log_line, "disk_full": disk_full,
+    "gpu_memory_mismatch": gpu_memory_mismatch, "gpu_power_low": gpu_power_low, "pcie_replays": pcie_replays,
 }

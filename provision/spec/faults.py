@@ -149,6 +149,17 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("disk_full", "node", "node", "preflight", "disk",
               "a filesystem is nearly full; preflight's disk check fails",
               {"mount": Param(str, "/"), "percent": Param(float, 99.0, 0, 100)}),
+    FaultKind("gpu_memory_mismatch", "node", _GPU, "dcgm", "dcgm_memtest",
+              "a marginal memory cell returns a wrong value with no ECC error counted (silent corruption): "
+              "nothing an idle GPU reports shows it; DCGM's memtest (run level 4) fails the GPU"),
+    FaultKind("gpu_power_low", "node", _GPU, "dcgm", "dcgm_targeted_power",
+              "the GPU cannot draw its target power under load (power delivery, a power brake): idle it looks "
+              "healthy; DCGM's targeted power test (run level 3) fails it below 75% of the target",
+              {"max_w": Param(float, 410.0, 50.0, 1500.0)}),
+    FaultKind("pcie_replays", "node", _GPU, "dcgm", "dcgm_pcie",
+              "the GPU's PCIe link retrains and replays under traffic at full width and speed: idle it looks "
+              "healthy; DCGM's PCIe test (run level 2) fails it on the corrected-error rate",
+              {"per_minute": Param(int, 400, 1, 1_000_000)}),
 )}
 
 

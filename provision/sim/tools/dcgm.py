@@ -26,7 +26,11 @@ SYSTEM_TRIAGE = "Run a field diagnostic on the GPU."
 COOLING = ("Verify that the cooling on this machine is functional, including external, thermal material interface, "
            "fans, and any other components.")
 #: id: (severity, category) from dcgm_errors.c at v4.2.3
-ERRORS = {4: (2, 10), 6: (6, 10), 10: (1, 9), 29: (5, 8), 46: (5, 13), 52: (2, 10), 85: (6, 10)}
+ERRORS = {4: (2, 10), 6: (6, 10), 10: (1, 9), 29: (5, 8), 46: (5, 13), 52: (2, 10), 58: (2, 10), 63: (4, 14),
+          85: (6, 10), 107: (2, 13)}
+#: The H100 SXM's parameters in nvvs/diag-skus.yaml.in (v4.2.3): targeted_power's target (W), of which the test
+#: must reach target_power_min_ratio (0.75, TargetedPower_wrapper.cpp); pcie's max_pcie_replays per test (Pcie.cpp).
+TARGET_POWER_W, MIN_POWER_RATIO, MAX_PCIE_REPLAYS = 700.0, 0.75, 80
 LEVELS = {1: ("software",), 2: ("memory", "pcie"),
           3: ("diagnostic", "memory_bandwidth", "targeted_stress", "targeted_power"), 4: ("memtest", "pulse_test")}
 CATEGORY = {"software": "Deployment", "memory": "Hardware", "diagnostic": "Hardware", "pulse_test": "Hardware",
@@ -42,10 +46,11 @@ def dcgmi(root: Path, args: list[str]) -> int:
         raise ToolError("dcgmi: command not found", 127)
     state = load_state(root)
     engine = service_active(state, "nvidia-dcgm")
+    version = packages[CORE].get("Version", VERSION).partition(":")[2].rsplit("-", 1)[0] or VERSION  # 1:4.2.3-1
     if args == ["-v"]:
-        print(_build_info())
+        print(_build_info(version))
         if engine:
-            print("\nHostengine build info:\n" + _build_info())
+            print("\nHostengine build info:\n" + _build_info(version))
         return 0
     if args[:1] != ["diag"] or "-j" not in args or "-r" not in args:
         not_simulated("dcgmi", " ".join(args))
@@ -57,14 +62,14 @@ def dcgmi(root: Path, args: list[str]) -> int:
     if not privileged():
         not_simulated("dcgmi", "diag as a user other than root")
     smi = Smi(root)
-    report, severities = _diag(smi, int(level))
+    report, severities = _diag(smi, int(level), version)
     print(styled(report))
     if 2 in severities:
         return 205
     return 226 if severities else 0
 
 
-def _diag(smi: Any, level: int) -> tuple[dict[str, Any], set[int]]:
+def _diag(smi: Any, level: int, version: str) -> tuple[dict[str, Any], set[int]]:
     severities: set[int] = set()
     persistence = service_active(smi.state, "nvidia-persistenced")
     categories: dict[str, list[dict[str, Any]]] = {}
@@ -87,7 +92,7 @@ def _diag(smi: Any, level: int) -> tuple[dict[str, Any], set[int]]:
                 "entity_groups": [{"entities": [{"device_id": "2330", "entity_id": gpu["index"],
                                                  "serial_num": gpu["serial"]} for gpu in smi.gpus],
                                    "entity_group": "GPU", "entity_group_id": 1}],
-                "metadata": {"Driver Version Detected": smi.driver, "version": VERSION}}
+                "metadata": {"Driver Version Detected": smi.driver, "version": version}}
     return document, severities
 
 
@@ -109,6 +114,10 @@ def _findings(smi: Any, gpu: dict[str, Any], plugin: str, persistence: bool) -> 
         if width < max_width:
             found.append((46, f"GPU {index} is running at PCI link width {width}X, which is below the minimum "
                               f"allowed link generation of {max_width} (parameter 'min_pci_width')"))
+        replays = gpu.get("pcie_replays_per_minute_under_load", 0)  # the test's traffic runs about a minute
+        if replays > MAX_PCIE_REPLAYS:
+            found.append((107, f"Detected {replays} pcie_replay_counter for GPU {index} which is above the "
+                               f"threshold {MAX_PCIE_REPLAYS}"))
     elif plugin in ("memory", "memtest") and gpu["ecc_uncorrected_volatile"]:
         if plugin == "memory":
             found.append((4, f"Detected {gpu['ecc_uncorrected_volatile']} volatile double-bit ECC error(s) in GPU "
@@ -116,7 +125,14 @@ def _findings(smi: Any, gpu: dict[str, Any], plugin: str, persistence: bool) -> 
         else:
             found.append((52, f"Found {gpu['ecc_uncorrected_volatile']} faulty memory elements on GPU {index} "
                               f"{SYSTEM_TRIAGE}"))
-    elif plugin in ("targeted_stress", "targeted_power", "diagnostic") and \
+    if plugin == "memtest" and gpu.get("memory_mismatch"):
+        found.append((58, f"A memory mismatch was detected on GPU {index}, but no error was reported by CUDA or "
+                          "NVML."))
+    if plugin == "targeted_power" and gpu.get("max_power_under_load_w", TARGET_POWER_W) < \
+            MIN_POWER_RATIO * TARGET_POWER_W:
+        found.append((63, f"Max power of {gpu['max_power_under_load_w']:.1f} did not reach desired power minimum "
+                          f"target_power_min_ratio of {MIN_POWER_RATIO * TARGET_POWER_W:.1f} for GPU {index}"))
+    if plugin in ("targeted_stress", "targeted_power", "diagnostic") and \
             {"hw_thermal_slowdown", "sw_thermal_slowdown"} & set(gpu["throttle_reasons"]):
         found.append((10, f"Detected clocks event due to thermal violation in GPU {index}. {COOLING}"))
     return found
@@ -127,9 +143,9 @@ def _warning(error: int, text: str) -> dict[str, Any]:
     return {"error_category": category, "error_id": error, "error_severity": severity, "warning": text}
 
 
-def _build_info() -> str:
+def _build_info(version: str) -> str:
     return "\n".join(f"{name} : {value}" for name, value in (
-        ("Version", VERSION), ("Build ID", "3"), ("Build Date", "2025-04-25"), ("Build Type", "Release"),
+        ("Version", version), ("Build ID", "3"), ("Build Date", "2025-04-25"), ("Build Type", "Release"),
         ("Commit ID", "6e947dcac9b3160d61d98fea4741d51d4bec5c1f"), ("Branch Name", "rel_dcgm_4_2"),
         ("CPU Arch", "x86_64"), ("Build Platform", "Linux 4.15.0-180-generic #189-Ubuntu SMP x86_64")))
 
