@@ -54,6 +54,7 @@ def fleet():
             data["connection"] = {**servers.connection(forks=HOSTS, become_password_env=next(iter(BECOME))),
                                   "jump_host": f"{USER}@{BASTION}:{servers.port}"}
             data["burnin"]["stages"] = ["preflight"]
+            data["burnin"].pop("dcgm")  # read by the dcgm stage alone
             data["simulation"] = {"seed": 11, "faults": []}
             spec = work / "spec.yaml"
             spec.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -74,8 +74,8 @@ class Expectations:
     rails: tuple[tuple[str, int], ...] = ()  # (HCA, the GPU index the spec pairs it with)
     nvswitch: bool = False  # an NVSwitch board: CUDA needs nvidia-fabricmanager running
     iommu: str = "unchanged"  # host.iommu: ``passthrough`` means the kernel must have booted with iommu=pt
-    #: The burn-in runs DCGM's diagnostic: the oldest DCGM that knows the GPU (empty: no dcgm stage), and
-    #: software.dcgm's pin (empty: the image's DCGM, any version from that one).
+    #: DCGM is expected (the dcgm stage runs its diagnostic, or software.dcgm pins it): the oldest DCGM that knows
+    #: the GPU (empty: not expected), and software.dcgm's pin (empty: the image's DCGM, any version from that one).
     dcgm_min: str = ""
     dcgm_version: str = ""
 
@@ -498,7 +498,7 @@ def check_dcgm(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     """Before the dcgm stage: DCGM installed, its host engine answering at the client's version (an engine left
     running across an upgrade refuses the new client), and new enough for the GPU, at the pin when there is one."""
     if not expect.dcgm_min:
-        return [CheckResult("dcgm", Outcome.SILENCED, "the burn-in has no dcgm stage: not checked")]
+        return [CheckResult("dcgm", Outcome.SILENCED, "no dcgm stage and no software.dcgm: not checked")]
     if dcgm.VERSION.name in gathered.missing:
         return [CheckResult("dcgm", Outcome.FAILED, "DCGM is not installed (dcgmi: command not found)",
                             "pin it in software.dcgm (provision apply installs it) or install it in the image")]

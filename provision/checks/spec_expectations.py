@@ -34,6 +34,8 @@ def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
         allowlist=tuple(kernel_allowlist.load(allowlist_file)),
         rails=tuple(sorted(profile.rails.items(), key=lambda item: item[1])),
         nvswitch=profile.nvlink.present and profile.nvlink.nvswitch,
-        dcgm_min=gpu.dcgm_min if "dcgm" in spec.burnin.stages else "",
+        # DCGM is checked where the burn-in runs its diagnostic or the spec pins it (its host engine serves more than
+        # the burn-in: dcgm-exporter, health watches)
+        dcgm_min=gpu.dcgm_min if "dcgm" in spec.burnin.stages or spec.software.dcgm else "",
         dcgm_version=spec.software.dcgm or "",
     )
