@@ -24,6 +24,7 @@ class PhaseContext:
     forks: int = 8
     secrets: dict[str, str] = field(default_factory=dict)  # never logged, stored or written to the run
     retest_quarantined: bool = False  # burn-in takes quarantined nodes back (``provision burnin``)
+    campaign: str = ""  # the burn-in campaign the stages run in (its soak's telemetry is kept under it)
 
 
 @dataclass

@@ -30,8 +30,9 @@ def write_spec(directory: Path, faults: list[dict], *, hosts: str = "sim[01-02]"
     data["nodes"]["groups"][0]["hosts"] = hosts
     if stages is not None:
         data["burnin"]["stages"] = stages
-        if "dcgm" not in stages:
-            data["burnin"].pop("dcgm", None)  # read by the dcgm stage only: refused without it
+        for stage in ("dcgm", "soak"):  # each read by its stage only: refused without it
+            if stage not in stages:
+                data["burnin"].pop(stage, None)
     if admission is not None:
         data["admission"] = admission
     data["simulation"] = {"seed": seed, "faults": faults, "collective_semantics": collective_semantics}
@@ -125,7 +126,7 @@ PROVISIONED_HOSTS = "sim[01-08]"
 #: logs while the host runs, a disk fills while it runs; a perftest built without CUDA is a package as the site
 #: shipped it; what only DCGM's load finds (a memory mismatch, a power draw, PCIe replays) is the GPU's own.
 IN_SERVICE_NODE_FAULTS = {"perftest_without_cuda", "xid", "disk_full", "gpu_memory_mismatch", "gpu_power_low",
-                          "pcie_replays"}
+                          "pcie_replays", "thermal_throttle_after", "symbol_errors_growing"}
 _provisioned: dict[str, Path] = {}  # a spec's shape -> the folder of a cluster of that shape provisioned this session
 
 
@@ -159,13 +160,14 @@ def _from_provisioned(spec: Path) -> bool:
     state_dir = spec.parent / ".provision" / loaded.spec.cluster.name
     rows = cluster.describe_faults(loaded)
     semantics = loaded.spec.simulation.collective_semantics if loaded.spec.simulation else "gloo"
+    scale = loaded.spec.simulation.time_scale if loaded.spec.simulation else 1.0
     for host in loaded.node_names:
         root = cluster.node_paths(state_dir, host).root
         recipe = read_recipe(root.parent)
         assert recipe is not None, host
         struck = [{**row, "injected": True} for row in rows if row["node"] == host and row["layer"] in ("node", "rank")]
-        write_recipe(root.parent, {**recipe, "faults": struck, "collective_semantics": semantics})
-        save_state(root, {**load_state(root), "collective_semantics": semantics})
+        write_recipe(root.parent, {**recipe, "faults": struck, "collective_semantics": semantics, "time_scale": scale})
+        save_state(root, {**load_state(root), "collective_semantics": semantics, "time_scale": scale})
         for row in struck:
             inject_now(root.parent, row["kind"], row["target"], row["params"])
     return True

@@ -21,8 +21,8 @@ import contextlib
 import json
 from collections.abc import Callable, Sequence
 
-from provision import observe, slurm
-from provision.burnin import dcgm, multinode, pairs, training
+from provision import acceptance, observe, slurm
+from provision.burnin import dcgm, multinode, pairs, soak, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import check_runtimes, run_preflight
 from provision.burnin.verdict import NodeVerdict
@@ -53,6 +53,11 @@ def _node(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]
 def _dcgm(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     return dcgm.run_dcgm_stage(context.loaded, nodes, context.store.state_dir, forks=context.forks,
                                evidence_dir=context.run.path / "dcgm")
+
+
+def _soak(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+    return soak.SoakStage(context.loaded, nodes, context.store, context.campaign, seed=_seed(context),
+                          evidence_dir=context.run.path / "soak", forks=context.forks).run()
 
 
 def _pairs(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
@@ -95,7 +100,7 @@ def _training(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerd
 
 #: Stage name -> runner; the spec's stage names (``provision.spec.model.BURNIN_STAGES``) are all here.
 STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "dcgm": _dcgm, "pairs": _pairs,
-                                  "collectives": _collectives, "training": _training}
+                                  "collectives": _collectives, "training": _training, "soak": _soak}
 
 
 #: Stages that start no worker of ours on the nodes, so need no runtime there (DCGM's diagnostic is DCGM's).
@@ -155,12 +160,14 @@ class BurninPhase:
                 stages: Sequence[str]) -> PhaseReport:
         loaded, store, run = context.loaded, context.store, context.run
         campaign, resumed = store.open_campaign(run.id, stages, loaded.sha256)
+        context.campaign = campaign
         run.event("burnin.campaign", campaign=campaign, resumed=resumed, nodes=[node.name for node in taken])
         passed = store.passes(campaign)
         start = self._entry_points(store, campaign, taken, stages, passed, run.id)
         verdicts: dict[str, NodeVerdict] = {}
         failed: set[str] = set()
         budget = loaded.spec.admission.max_failure_percent.burnin
+        demonstrated = ""
         for index, stage in enumerate(stages):
             # re-entering nodes start at the stage they failed, but always pass preflight again
             due = [node for node in taken if node.name not in failed and stage not in passed.get(node.name, set())
@@ -199,6 +206,8 @@ class BurninPhase:
                                          "check": verdict.check, "remediation": verdict.remediation,
                                          "results": [result.as_dict() for result in verdict.blockers]})
             run.event("burnin.stage.finished", stage=stage, failed=[v.node for v in failing])
+            if stage == "soak":
+                demonstrated = self._acceptance(context, stage_verdicts)
         admitted = []
         for node in taken:
             if node.name not in failed and set(stages) <= passed.get(node.name, set()):
@@ -214,13 +223,30 @@ class BurninPhase:
         enough = capacity(len(in_spec), sum(1 for record in in_spec if record.state is NodeState.ADMITTED),
                           loaded.spec.admission.spare_fraction)
         summary += f"; {enough.line()}"
+        if demonstrated:
+            summary += f"; {demonstrated}"
         cables = store.cables_found(run.id)
         if cables:
             summary += (f"; {len(cables)} fabric cable(s) named by the pair tests (no node's fault): "
                         f"{', '.join(cables)} — see `provision topology flaps`")
         return PhaseReport(self.name, summary, {"admitted": admitted, "quarantined": sorted(failed),
                                                 "skipped": skipped, "campaign": campaign, "resumed": resumed,
-                                                "fabric_findings": cables, "capacity": enough.as_dict()})
+                                                "fabric_findings": cables, "capacity": enough.as_dict(),
+                                                "acceptance": demonstrated})
+
+    @staticmethod
+    def _acceptance(context: PhaseContext, verdicts: list[NodeVerdict]) -> str:
+        """What the soak demonstrated against admission.acceptance's MTBF: every soaked node's hours, no failure
+        among them or the count of those that failed."""
+        target, settings = context.loaded.spec.admission.acceptance, context.loaded.spec.burnin.soak
+        if target is None or settings is None or not verdicts:
+            return ""
+        node_hours = settings.hours * len(verdicts)
+        failures = sum(not verdict.passed for verdict in verdicts)
+        line = acceptance.statement(node_hours, failures, target.mtbf_hours)
+        context.run.event("burnin.acceptance", node_hours=node_hours, failures=failures,
+                          mtbf_hours=target.mtbf_hours, confidence=target.confidence, statement=line)
+        return line
 
     def _entry_points(self, store: StateStore, campaign: str, taken: list[ResolvedNode], stages: Sequence[str],
                       passed: dict[str, set[str]], run_id: str) -> dict[str, int]:

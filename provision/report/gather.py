@@ -53,6 +53,7 @@ class ReportData:
     link_health: dict[str, Any] = field(default_factory=dict)
     fabric_svg: str = ""
     capacity: str = ""
+    acceptance: str = ""  # what the soak demonstrated against admission.acceptance, as the burn-in said it
 
 
 def _load(path: Path) -> Any:
@@ -89,6 +90,19 @@ def _newest(runs: list[dict[str, Any]], relative: str) -> Any:
         if found is not None:
             return found
     return None
+
+
+def acceptance_line(runs: list[dict[str, Any]]) -> str:
+    """The newest covered run's ``burnin.acceptance`` statement."""
+    for row in reversed(runs):
+        try:
+            lines = (Path(row["run_dir"]) / "events.jsonl").read_text().splitlines()
+        except OSError:
+            continue
+        for line in reversed(lines):
+            if '"burnin.acceptance"' in line:
+                return str(json.loads(line).get("statement", ""))
+    return ""
 
 
 def _cards(store: StateStore, nodes: list[Any]) -> list[dict[str, Any]]:
@@ -229,6 +243,7 @@ def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
             cards=_cards(store, in_spec), thresholds=[], cable_findings=findings)
     admitted = sum(1 for row in data.nodes if row["state"] == "admitted")
     data.capacity = capacity(len(data.nodes), admitted, loaded.spec.admission.spare_fraction).line()
+    data.acceptance = acceptance_line(runs)
     limits = {node.name: stage_limits(loaded, node) for node in loaded.nodes}
     first = loaded.nodes[0]
     data.thresholds = [{"name": name, "value": value.value, "reason": value.reason} for name, value in

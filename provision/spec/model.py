@@ -21,7 +21,7 @@ from provision.catalog import GPU_MODELS
 from topology.design import LINK_RATES_GBPS
 
 #: The stages of the burn-in, cheapest first; the spec's ``burnin.stages`` are written in this order.
-BURNIN_STAGES = ("preflight", "node", "dcgm", "pairs", "collectives", "training")
+BURNIN_STAGES = ("preflight", "node", "dcgm", "pairs", "collectives", "training", "soak")
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=63)]
 EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -384,7 +384,7 @@ class Workload(Strict):
     checkpoint_dir: Annotated[str, StringConstraints(pattern=r"^/\S*$")] = "/tmp/provision-burnin-checkpoints"
 
 
-Stage = Literal["preflight", "node", "dcgm", "pairs", "collectives", "training"]
+Stage = Literal["preflight", "node", "dcgm", "pairs", "collectives", "training", "soak"]
 #: DCGM's diagnostic tests by plugin name (DCGM 4's names; 3.x display names map onto them): the levels' tests
 #: and the optional ones a level 3 runs where their packages are installed.
 DcgmTest = Literal["software", "pcie", "memory", "diagnostic", "targeted_stress", "targeted_power",
@@ -402,9 +402,42 @@ class DcgmDiag(Strict):
     timeout_s: Annotated[int, Field(ge=60, le=7 * 86400)] | None = None
 
 
+#: A span of time as people write it: ``90m``, ``24h``, ``3d`` (minutes, hours, days).
+Duration = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+)?[mhd]$")]
+DURATION_HOURS = {"m": 1 / 60, "h": 1.0, "d": 24.0}
+IbCounter = Literal["symbol_error", "link_downed", "port_rcv_errors"]
+
+
+class Soak(Strict):
+    """``burnin.soak``: the node stage's load held for ``duration`` while the controller polls every node's
+    telemetry; what develops over hours (throttling, row remaps, growing link errors, Xids) fails the node."""
+
+    duration: Duration
+    poll_interval_s: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    #: Consecutive polls a thermal or power slowdown must last to fail a node (fewer: a warning).
+    throttle_polls: Annotated[int, Field(ge=1, le=10000)] = 3
+    #: Growth per hour allowed each InfiniBand error counter (default: symbol_error 10, link_downed 0,
+    #: port_rcv_errors 10).
+    ib_errors_per_hour: dict[IbCounter, Annotated[float, Field(ge=0)]] = {}
+
+    @field_validator("duration")
+    @classmethod
+    def _span(cls, duration: str) -> str:
+        hours = float(duration[:-1]) * DURATION_HOURS[duration[-1]]
+        if not 1 / 60 <= hours <= 90 * 24:
+            raise ValueError(f"{duration} is outside one minute to 90 days")
+        return duration
+
+    @property
+    def hours(self) -> float:
+        return float(self.duration[:-1]) * DURATION_HOURS[self.duration[-1]]
+
+
 class Burnin(Strict):
+    #: The soak (hours to days) is left out unless asked for: its duration is the site's to choose.
     stages: list[Stage] = ["preflight", "node", "dcgm", "pairs", "collectives", "training"]
     dcgm: DcgmDiag | None = None
+    soak: Soak | None = None
     repetitions: Annotated[int, Field(ge=1, le=100)] = 1
     thresholds: Thresholds = Thresholds()
     uuid_blocklist: list[Annotated[str, StringConstraints(pattern=r"^GPU-[0-9a-fA-F-]{36}$")]] = []
@@ -434,12 +467,19 @@ class FailureBudget(Strict):
     burnin: Percent = 20.0
 
 
+class Acceptance(Strict):
+    mtbf_hours: Annotated[float, Field(gt=0, le=1e7)]
+    confidence: Annotated[float, Field(gt=0, lt=1)]
+
+
 class Admission(Strict):
     spare_fraction: Annotated[float, Field(ge=0, le=0.5)] = 0.05
     #: Past this share of failing nodes a phase stops: something systemic is wrong.
     max_failure_percent: FailureBudget = FailureBudget()
     warnings_block_admission: bool = False
     unknown_blocks_admission: bool = True
+    #: The MTBF the delivery's soak must demonstrate, and at what confidence (docs/spec.md gives the formula).
+    acceptance: Acceptance | None = None
 
 
 class Connection(Strict):
@@ -482,6 +522,9 @@ class Simulation(Strict):
     #: backend the workers really run). ``nccl``: as NCCL on a GPU, ``wait()`` only orders the work and returns at
     #: once, and completion blocks in the device synchronise; the collectives test's judgements must hold for both.
     collective_semantics: Literal["gloo", "nccl"] = "gloo"
+    #: Simulated seconds per real second for what takes hours on real hosts (the soak's clock and the faults that
+    #: develop over time): 3600 soaks a simulated hour a second.
+    time_scale: Annotated[float, Field(ge=1, le=1e6)] = 1.0
 
 
 class Metrics(Strict):

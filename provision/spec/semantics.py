@@ -8,10 +8,12 @@ assigned, fabric dimensions computed, fault targets found.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from provision.acceptance import required_node_hours, required_soak_hours
 from provision.catalog import DCGM_LEVEL_TESTS, DCGM_OPTIONAL_TESTS, GPU_MODELS, dcgm_tests
 from provision.hostmodel.devices import describe
 from provision.spec.faults import CATALOG, resolve_params, target_problem
@@ -77,6 +79,7 @@ def resolve(spec: ClusterSpec, spec_dir: Path) -> Resolution:
     _check_faults(spec, {node.name: node for node in nodes}, problems)
     _check_checkpoint_dir(spec, len(nodes), problems)
     _check_dcgm(spec, problems)
+    _check_soak(spec, len(nodes), problems)
     if spec.burnin is not None and spec.burnin.launcher == "slurm" and spec.slurm is None:
         problems.append(Problem(("burnin", "launcher"), "the slurm launcher starts the agents with srun, which "
                                 "needs a slurm: section (its conf, at least)", "add slurm: {conf: ...} or use "
@@ -354,6 +357,35 @@ def _check_dcgm(spec: ClusterSpec, problems: list[Problem]) -> None:
             problems.append(Problem(("software", "dcgm"), f"DCGM {spec.software.dcgm} predates {model.name} "
                                     f"(hardware.{name}): its diagnostic knows the GPU from {model.dcgm_min}",
                                     f"pin DCGM {model.dcgm_min} or later"))
+
+
+def _check_soak(spec: ClusterSpec, nodes: int, problems: list[Problem]) -> None:
+    """The soak has no default length (hours to days are the site's choice); its settings and the acceptance it
+    demonstrates act only through the soak stage; a soak too short for the declared MTBF is refused with the
+    length it needs."""
+    burnin, acceptance = spec.burnin, spec.admission.acceptance if spec.admission is not None else None
+    if burnin is None:
+        return
+    listed = "soak" in burnin.stages
+    if listed and burnin.soak is None:
+        problems.append(Problem(("burnin", "stages"), "the soak stage needs its length", "add burnin.soak: "
+                                "{duration: 24h} (or the length admission.acceptance needs)"))
+    if burnin.soak is not None and not listed:
+        problems.append(Problem(("burnin", "soak"), "the burn-in has no soak stage: these settings would be read by "
+                                "nothing", "add soak to burnin.stages (last) or remove burnin.soak"))
+    if acceptance is None:
+        return
+    if not listed or burnin.soak is None:
+        problems.append(Problem(("admission", "acceptance"), "an MTBF is demonstrated by the soak, which the burn-in "
+                                "does not run", "add soak to burnin.stages with burnin.soak.duration"))
+        return
+    needed = required_soak_hours(acceptance.mtbf_hours, acceptance.confidence, nodes)
+    if burnin.soak.hours < needed:
+        problems.append(Problem(("burnin", "soak", "duration"), f"{burnin.soak.duration} on {nodes} node(s) is "
+                                f"{burnin.soak.hours * nodes:,.0f} node-hours; MTBF >= {acceptance.mtbf_hours:,.0f} h "
+                                f"at {acceptance.confidence:.0%} confidence needs "
+                                f"{required_node_hours(acceptance.mtbf_hours, acceptance.confidence):,.0f}",
+                                f"soak at least {math.ceil(needed)}h, or lower admission.acceptance"))
 
 
 def _release(version: str) -> tuple[int, ...]:

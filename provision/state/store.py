@@ -137,6 +137,18 @@ MIGRATIONS: tuple[str, ...] = (
         run_id  TEXT
     );
     """,
+    # 5 -> 6: a soak's telemetry, one row per polled value, so its trends are judged on the whole series and an
+    # interrupted soak continues from the time it had reached
+    """
+    CREATE TABLE soak_samples (
+        campaign TEXT NOT NULL REFERENCES burnin_campaigns(id),
+        node     TEXT NOT NULL,
+        series   TEXT NOT NULL,
+        at_s     REAL NOT NULL,
+        value    REAL NOT NULL
+    );
+    CREATE INDEX soak_samples_node ON soak_samples(campaign, node, series, at_s);
+    """,
 )
 
 
@@ -456,6 +468,25 @@ class StateStore:
     def finish_campaign(self, campaign: str) -> None:
         with self.transaction():
             self.db.execute("UPDATE burnin_campaigns SET finished_at = ? WHERE id = ?", (now(), campaign))
+
+    def record_soak(self, campaign: str, node: str, at_s: float, values: dict[str, float]) -> None:
+        """One poll of one node: every series' value at ``at_s`` seconds into the soak."""
+        with self.transaction():
+            self.db.executemany("INSERT INTO soak_samples (campaign, node, series, at_s, value) VALUES (?, ?, ?, ?, ?)",
+                                [(campaign, node, series, at_s, value) for series, value in values.items()])
+
+    def soak_elapsed_s(self, campaign: str) -> float:
+        """How far the campaign's soak had got (its last poll), 0 before it began."""
+        row = self.db.execute("SELECT MAX(at_s) AS at FROM soak_samples WHERE campaign = ?", (campaign,)).fetchone()
+        return float(row["at"] or 0.0)
+
+    def soak_series(self, campaign: str, node: str) -> dict[str, list[tuple[float, float]]]:
+        rows = self.db.execute("SELECT series, at_s, value FROM soak_samples WHERE campaign = ? AND node = ? "
+                               "ORDER BY series, at_s", (campaign, node)).fetchall()
+        series: dict[str, list[tuple[float, float]]] = {}
+        for row in rows:
+            series.setdefault(row["series"], []).append((row["at_s"], row["value"]))
+        return series
 
     def record_cable(self, cable: str, kind: str, detail: dict[str, Any], *, at: str | None = None,
                      run_id: str | None = None) -> None:

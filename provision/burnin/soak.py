@@ -1,0 +1,232 @@
+"""The soak stage: the node stage's load held for ``burnin.soak.duration`` while every node's telemetry is polled.
+
+The load is the node stage itself (matmul at its best shape, memory copies, the node's collectives), run in rounds
+back to back on every node still in the soak; a round a node fails fails its soak with that round's check
+(``soak_load``). Meanwhile the controller polls each node every ``poll_interval_s``: each GPU's clock-event
+reasons, temperature, uncorrectable ECC count and pending row remap; each rail HCA's error counters; the Xids in
+the kernel log. Every value goes to the state store as a time series (``soak_samples``), and the trends are judged
+on the whole series when the time is up (:mod:`provision.checks.soak`).
+
+Time is the soak's own clock: seconds since it began, kept in the store with the samples, so a soak that was
+interrupted (Ctrl-C, kill -9 of the controller, a rebooted node) continues with the time it still owes. On the
+simulator the clock runs ``simulation.time_scale`` times faster, as do the faults that develop over time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from provision.burnin import multinode
+from provision.burnin.verdict import NodeVerdict, judge
+from provision.checks import preflight, soak
+from provision.checks.outcome import CheckResult, Outcome
+from provision.facts import kernel_log, nvidia_smi
+from provision.facts.fact import Fact
+from provision.hostsession import HostSession, ReadFailed
+from provision.observe import open_session
+from provision.spec import LoadedSpec
+from provision.spec.model import Soak
+from provision.spec.semantics import ResolvedNode
+from provision.state import StateStore
+
+COMMAND_TIMEOUT_S = 60.0
+#: The shortest real pause between polls (a simulator's clock can ask for less).
+MIN_PAUSE_S = 0.2
+
+
+def limits(loaded: LoadedSpec, node: ResolvedNode, settings: Soak) -> soak.SoakLimits:
+    profile = loaded.spec.hardware[node.hardware]
+    rails = tuple(hca for hca, _ in sorted(profile.rails.items(), key=lambda item: item[1]))
+    rates = {**soak.IB_COUNTERS, **{str(name): rate for name, rate in settings.ib_errors_per_hour.items()}}
+    return soak.SoakLimits(throttle_polls=settings.throttle_polls, ib_errors_per_hour=rates,
+                           hardware_xids=preflight.HARDWARE_XIDS, gpus=profile.gpu.count, ports=rails)
+
+
+def poll(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.Gpu]]
+         ) -> tuple[dict[str, float], list[str]]:
+    """One poll of one node: series name -> value, and what could not be read (those series simply have no
+    sample this time: a series that keeps missing is judged unknown, never healthy)."""
+    values: dict[str, float] = {}
+    problems: list[str] = []
+    try:
+        _poll_into(session, rails, gpus_fact, values, problems)
+    except (ValueError, KeyError, IndexError) as error:  # output we cannot read: this poll's rest goes unsampled
+        problems.append(f"unexpected output: {error}")
+    return values, problems
+
+
+def _poll_into(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.Gpu]],
+               values: dict[str, float], problems: list[str]) -> None:
+    gpus = session.run(gpus_fact.argv, COMMAND_TIMEOUT_S)
+    bus_index: dict[str, str] = {}
+    if gpus.ok:
+        for gpu in gpus_fact.parse(gpus.stdout):
+            bus_index[gpu.bus_id.lower()[-12:]] = gpu.index
+            values[f"gpu{gpu.index}/clocks_event_reasons"] = float(int(gpu.clocks_event_reasons, 16))
+            for name, text in (("temperature_c", gpu.temperature_c),
+                               ("ecc_uncorrected_volatile", gpu.ecc_uncorrected_volatile)):
+                if text.replace(".", "", 1).isdigit():
+                    values[f"gpu{gpu.index}/{name}"] = float(text)
+    else:
+        problems.append(gpus.problem())
+    remapped = session.run(nvidia_smi.REMAPPED_ROWS.argv, COMMAND_TIMEOUT_S)
+    if remapped.ok:
+        for rows in nvidia_smi.REMAPPED_ROWS.parse(remapped.stdout):
+            found = bus_index.get(rows.bus_id.lower()[-12:])
+            if found is not None:
+                values[f"gpu{found}/remap_pending"] = 1.0 if rows.pending.strip() in ("1", "Yes") else 0.0
+    else:
+        problems.append(remapped.problem())
+    for hca in rails:
+        for counter in soak.IB_COUNTERS:
+            try:
+                counted = session.read_text(f"/sys/class/infiniband/{hca}/ports/1/counters/{counter}")
+            except ReadFailed as failed:
+                problems.append(str(failed))
+                continue
+            if counted is not None and counted.strip().isdigit():
+                values[f"{hca}/{counter}"] = float(counted.strip())
+    log = session.run(kernel_log.KERNEL_LOG.argv, COMMAND_TIMEOUT_S, become=kernel_log.KERNEL_LOG.needs_root)
+    if log.ok:
+        counts: dict[str, float] = {}
+        for xid in kernel_log.find_xids(kernel_log.parse_kernel_log(log.stdout)):
+            counts[f"xid/{xid.code}/{xid.pci}"] = counts.get(f"xid/{xid.code}/{xid.pci}", 0.0) + 1
+        values.update(counts)
+        values["xid/read"] = 1.0  # the log was read: an absent xid series then means none, not unread
+    else:
+        problems.append(log.problem())
+
+
+class SoakStage:
+    def __init__(self, loaded: LoadedSpec, nodes: list[ResolvedNode], store: StateStore, campaign: str, *,
+                 seed: int, evidence_dir: Path, forks: int,
+                 load: Callable[[list[ResolvedNode], Path], list[NodeVerdict]] | None = None) -> None:
+        assert loaded.spec.burnin.soak is not None  # validation refuses the stage without it
+        self.loaded, self.nodes, self.store, self.campaign = loaded, nodes, store, campaign
+        self.settings = loaded.spec.burnin.soak
+        self.scale = loaded.spec.simulation.time_scale if loaded.spec.simulation is not None else 1.0
+        self.forks, self.evidence_dir = max(1, forks), evidence_dir
+        self.load = load or (lambda nodes, directory: multinode.run_node_stage(
+            loaded, nodes, store.state_dir, seed=seed, evidence_dir=directory))
+        self.failed_rounds: dict[str, CheckResult] = {}
+        self.load_error = ""
+        self.rounds = 0
+        self.lock = threading.Lock()
+        self.finished_rounds: list[tuple[str, float, dict[str, float]]] = []
+        self.started = time.monotonic()
+
+    def run(self) -> list[NodeVerdict]:
+        duration_s = self.settings.hours * 3600
+        elapsed = self.store.soak_elapsed_s(self.campaign)  # a resumed soak owes only the rest
+        self.started = started = time.monotonic() - elapsed / self.scale
+        stop = threading.Event()
+        loader = threading.Thread(target=self._load_rounds, args=(stop,), name="soak-load", daemon=True)
+        loader.start()
+        def clock() -> float:  # seconds into the soak, on the soak's own clock
+            return (time.monotonic() - started) * self.scale
+
+        try:
+            fields = self._gpu_facts()
+            due = elapsed  # polls keep their cadence: a slow poll shortens the pause after it, never the series
+            while True:
+                at_s = clock()
+                self._poll_all(fields, min(at_s, duration_s))
+                if at_s >= duration_s:
+                    break
+                while due <= at_s:
+                    due += self.settings.poll_interval_s
+                time.sleep(max(MIN_PAUSE_S, (min(due, duration_s) - clock()) / self.scale))
+        finally:
+            stop.set()
+            loader.join()
+            self._record_rounds()
+        return [self._verdict(node) for node in self.nodes]
+
+    def _gpu_facts(self) -> dict[str, Fact[list[nvidia_smi.Gpu]]]:
+        """Per node, the GPU query in the field names its driver accepts (asked once, as preflight does)."""
+        def ask(node: ResolvedNode) -> Fact[list[nvidia_smi.Gpu]]:
+            try:
+                session = open_session(self.loaded, node, self.store.state_dir)
+            except Exception:
+                return nvidia_smi.GPUS
+            try:
+                asked = session.run(nvidia_smi.GPU_QUERY_FIELDS.argv, COMMAND_TIMEOUT_S)
+                accepted = nvidia_smi.parse_help_query(asked.stdout) if asked.ok else None
+            except ValueError:
+                accepted = None
+            finally:
+                session.close()
+            return nvidia_smi.gpus_command(accepted)
+
+        with ThreadPoolExecutor(max_workers=min(self.forks, len(self.nodes))) as pool:
+            return dict(zip((node.name for node in self.nodes), pool.map(ask, self.nodes), strict=True))
+
+    def _poll_all(self, fields: dict[str, Fact[list[nvidia_smi.Gpu]]], at_s: float) -> None:
+        def one(node: ResolvedNode) -> dict[str, float]:
+            rails = limits(self.loaded, node, self.settings).ports
+            try:
+                session = open_session(self.loaded, node, self.store.state_dir)
+            except Exception:
+                return {}  # no sample this time; a node that stays unreachable ends unknown
+            try:
+                return poll(session, rails, fields[node.name])[0]
+            finally:
+                session.close()
+
+        with ThreadPoolExecutor(max_workers=min(self.forks, len(self.nodes))) as pool:
+            polled = list(pool.map(one, self.nodes))
+        for node, values in zip(self.nodes, polled, strict=True):  # the store is this thread's
+            if values:
+                self.store.record_soak(self.campaign, node.name, at_s, values)
+        self._record_rounds()
+
+    def _record_rounds(self) -> None:
+        with self.lock:
+            rounds, self.finished_rounds = self.finished_rounds, []
+        for node, at_s, values in rounds:
+            self.store.record_soak(self.campaign, node, at_s, values)
+
+    def _load_rounds(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            running = [node for node in self.nodes if node.name not in self.failed_rounds]
+            if not running:
+                return
+            self.rounds += 1
+            try:
+                verdicts = self.load(running, self.evidence_dir / f"round-{self.rounds:04d}")
+            except Exception as error:  # ours (a launch that could not start), never the nodes' verdict
+                self.load_error = f"round {self.rounds} could not run: {type(error).__name__}: {error}"
+                return
+            at_s = min((time.monotonic() - self.started) * self.scale, self.settings.hours * 3600)
+            for verdict in verdicts:  # kept with the telemetry: a resumed soak still knows its rounds
+                with self.lock:
+                    self.finished_rounds.append((verdict.node, at_s,
+                                                 {"load/passed" if verdict.passed else "load/failed": 1.0}))
+                if not verdict.passed and verdict.node not in self.failed_rounds:
+                    first = verdict.blockers[0]
+                    self.failed_rounds[verdict.node] = CheckResult(
+                        "soak_load", first.outcome, f"round {self.rounds}: {first.check}: {first.message}",
+                        first.remediation, first.evidence)
+
+    def _verdict(self, node: ResolvedNode) -> NodeVerdict:
+        series = {name: [soak.Sample(at, value) for at, value in samples]
+                  for name, samples in self.store.soak_series(self.campaign, node.name).items()}
+        results = soak.judge(series, limits(self.loaded, node, self.settings))
+        passed, failed = len(series.get("load/passed", [])), series.get("load/failed", [])
+        if node.name in self.failed_rounds:
+            results.append(self.failed_rounds[node.name])
+        elif failed:
+            results.append(CheckResult("soak_load", Outcome.FAILED, f"a round of load failed at "
+                                       f"{failed[0].at_s / 3600:.2f} h, before the soak was interrupted",
+                                       "read that run's workers/ in its run directory"))
+        elif passed and not self.load_error:
+            results.append(CheckResult("soak_load", Outcome.OK, f"{passed} round(s) of the node stage's load"))
+        else:  # the load stopped (our launch failed) or never finished a round: the soak held no load
+            results.append(CheckResult("soak_load", Outcome.UNKNOWN, self.load_error or "no round of load finished "
+                                       "in the soak", "a soak without load proves nothing: lengthen it or check the "
+                                       "runtime"))
+        return judge(self.loaded.spec.admission, node.name, "soak", results)

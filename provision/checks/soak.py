@@ -1,0 +1,181 @@
+"""Judge a node's soak from its telemetry series: what a one-minute test cannot show, seen develop over hours.
+
+A series is one quantity of one part of the node polled through the soak (``gpu3/clocks_event_reasons``,
+``mlx5_0/symbol_error``), each sample at its time since the soak began. The judgements are pure functions of the
+series and the spec's limits, so the same code judges a recorded real series and the simulator's:
+
+- ``soak_throttle``: a GPU slowed by heat or power hardware (thermal, HW slowdown, power brake) for at least
+  ``throttle_polls`` consecutive polls; a blip shorter than that is a warning;
+- ``soak_memory``: any new uncorrectable ECC error or pending row remap during the soak;
+- ``soak_ib_errors``: an InfiniBand error counter growing faster than its limit per hour (``link_downed``: at all);
+- ``soak_xid``: an Xid of the hardware class logged during the soak;
+- ``soak_telemetry``: a node whose polls stopped or never covered a GPU or port is *unknown* for it, never healthy.
+
+Each finding names the GPU or port, the first and last poll that show it, and the values there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from provision.checks.outcome import CheckResult, Outcome
+
+#: Clock-event bits that mean heat or power hardware is slowing the GPU (nvidia-smi clocks_event_reasons.active;
+#: NVML's nvmlClocksEventReasons): not idling, not an application clock or power cap someone set.
+SLOWDOWN_BITS = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+                 0x80: "hw_power_brake_slowdown"}
+#: InfiniBand port counters the soak watches (sysfs ``ports/1/counters``), and how many of each an hour is allowed
+#: when the spec says nothing: symbol errors a few an hour on a healthy 400G link; a link that went down, none.
+IB_COUNTERS = {"symbol_error": 10.0, "link_downed": 0.0, "port_rcv_errors": 10.0}
+
+
+@dataclass(frozen=True)
+class Sample:
+    at_s: float  # since the soak began
+    value: float
+
+
+@dataclass(frozen=True)
+class SoakLimits:
+    throttle_polls: int = 3
+    ib_errors_per_hour: dict[str, float] = field(default_factory=lambda: dict(IB_COUNTERS))
+    hardware_xids: frozenset[int] = frozenset()
+    gpus: int = 8
+    ports: tuple[str, ...] = ()
+    min_polls: int = 2
+
+
+def judge(series: dict[str, list[Sample]], limits: SoakLimits) -> list[CheckResult]:
+    """The node's soak checks over its series (``xid/<code>/<pci>``: how many of that Xid the kernel log held at
+    each read; ``xid/read``: a read of the log happened)."""
+    return [_telemetry(series, limits), _throttle(series, limits), _memory(series, limits),
+            _ib_errors(series, limits), _xids(series, limits)]
+
+
+def xids_of(series: dict[str, list[Sample]]) -> list[tuple[float, int, str]]:
+    """Each Xid logged during the soak: a count that grew past what the soak's first read of the log held (an
+    Xid first seen after that read grew from none)."""
+    reads = series.get("xid/read", [])
+    first_read = reads[0].at_s if reads else 0.0
+    found = []
+    for name, samples in series.items():
+        if not name.startswith("xid/") or name == "xid/read":
+            continue
+        _, code, pci = name.split("/", 2)
+        base = samples[0].value if samples[0].at_s <= first_read else 0.0
+        grown = next((sample for sample in samples if sample.value > base), None)
+        if grown is not None:
+            found.append((grown.at_s, int(code), pci))
+    return sorted(found)
+
+
+def _telemetry(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
+    wanted = [f"gpu{index}/clocks_event_reasons" for index in range(limits.gpus)]
+    wanted += [f"{port}/{counter}" for port in limits.ports for counter in limits.ib_errors_per_hour]
+    thin = [name for name in wanted if len(series.get(name, [])) < limits.min_polls]
+    if thin:
+        return CheckResult("soak_telemetry", Outcome.UNKNOWN, f"{len(thin)} series polled fewer than "
+                           f"{limits.min_polls} times, e.g. {thin[0]} ({len(series.get(thin[0], []))} polls)",
+                           "a soak whose telemetry stopped proves nothing: check the node's connection and re-run",
+                           thin[:20])
+    polls = max(len(values) for values in series.values()) if series else 0
+    return CheckResult("soak_telemetry", Outcome.OK, f"{polls} polls of {len(wanted)} series")
+
+
+def _span(samples: list[Sample]) -> str:
+    return f"polls at {samples[0].at_s / 3600:.2f} h to {samples[-1].at_s / 3600:.2f} h"
+
+
+def _throttle(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
+    held: list[str] = []
+    blips: list[str] = []
+    for name, samples in sorted(series.items()):
+        if not name.endswith("/clocks_event_reasons"):
+            continue
+        run: list[Sample] = []
+        longest: list[Sample] = []
+        for sample in samples:
+            if int(sample.value) & sum(SLOWDOWN_BITS):
+                run.append(sample)
+                longest = max(longest, run, key=len)
+            else:
+                run = []
+        if not longest:
+            continue
+        reasons = sorted({reason for sample in longest for bit, reason in SLOWDOWN_BITS.items()
+                          if int(sample.value) & bit})
+        line = f"{name.split('/')[0]}: {', '.join(reasons)} for {len(longest)} consecutive poll(s), {_span(longest)}"
+        (held if len(longest) >= limits.throttle_polls else blips).append(line)
+    if held:
+        return CheckResult("soak_throttle", Outcome.FAILED, held[0] if len(held) == 1 else
+                           f"{held[0]} (and {len(held) - 1} more)", "check airflow, fans, heatsink contact and the "
+                           "power supplies; a GPU slowed under sustained load is slow for every job", held)
+    if blips:
+        return CheckResult("soak_throttle", Outcome.WARNING, f"{blips[0]}: shorter than the "
+                           f"{limits.throttle_polls} polls that fail a node", "watch it", blips)
+    return CheckResult("soak_throttle", Outcome.OK, "no thermal or power slowdown through the soak")
+
+
+def _grew(samples: list[Sample]) -> tuple[Sample, Sample] | None:
+    """The first sample above the soak's first value and the last sample, when the series grew."""
+    if not samples:
+        return None
+    first = next((sample for sample in samples if sample.value > samples[0].value), None)
+    return (first, samples[-1]) if first is not None else None
+
+
+def _memory(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
+    findings = []
+    for name, samples in sorted(series.items()):
+        gpu, _, quantity = name.partition("/")
+        if quantity not in ("ecc_uncorrected_volatile", "remap_pending"):
+            continue
+        grown = _grew(samples)
+        if grown is not None:
+            what = "uncorrectable ECC errors" if quantity == "ecc_uncorrected_volatile" else "a pending row remap"
+            findings.append(f"{gpu}: {what} from {samples[0].value:g} to {grown[1].value:g}, first at "
+                            f"{grown[0].at_s / 3600:.2f} h")
+    if findings:
+        return CheckResult("soak_memory", Outcome.FAILED, findings[0] if len(findings) == 1 else
+                           f"{findings[0]} (and {len(findings) - 1} more)", "reset the GPU (a pending remap takes "
+                           "effect at reset) and soak again; errors that come back are a case for the vendor", findings)
+    return CheckResult("soak_memory", Outcome.OK, "no new uncorrectable ECC error or pending row remap")
+
+
+def _ib_errors(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
+    findings = []
+    for name, samples in sorted(series.items()):
+        port, _, counter = name.partition("/")
+        if counter not in limits.ib_errors_per_hour or len(samples) < 2:
+            continue
+        grown = samples[-1].value - samples[0].value
+        hours = max(samples[-1].at_s - samples[0].at_s, 1.0) / 3600
+        allowed = limits.ib_errors_per_hour[counter]
+        if grown > allowed * hours:
+            start = _grew(samples)
+            findings.append(f"{port}: {counter} grew by {grown:g} in {hours:.2f} h ({grown / hours:.1f}/h, limit "
+                            f"{allowed:g}/h), first at {start[0].at_s / 3600 if start else 0:.2f} h")
+    if findings:
+        return CheckResult("soak_ib_errors", Outcome.FAILED, findings[0] if len(findings) == 1 else
+                           f"{findings[0]} (and {len(findings) - 1} more)", "reseat or replace the cable and "
+                           "transceiver of that port (topology flaps names the switch end); re-test the link", findings)
+    return CheckResult("soak_ib_errors", Outcome.OK, "InfiniBand error counters within their limits per hour")
+
+
+def _xids(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
+    if len(series.get("xid/read", [])) < limits.min_polls:
+        return CheckResult("soak_xid", Outcome.UNKNOWN, f"the kernel log was read {len(series.get('xid/read', []))} "
+                           "time(s) in the soak: an Xid could have gone unseen", "check that dmesg runs as root "
+                           "(sudo) on the node and re-run")
+    xids = xids_of(series)
+    hardware = [(at, code, pci) for at, code, pci in xids if code in limits.hardware_xids]
+    if hardware:
+        lines = [f"Xid {code} on {pci} at {at / 3600:.2f} h" for at, code, pci in hardware]
+        return CheckResult("soak_xid", Outcome.FAILED, lines[0] if len(lines) == 1 else
+                           f"{lines[0]} (and {len(lines) - 1} more)", "the Xid's remediation (preflight's xid "
+                           "check names it); a hardware Xid under load is a case for the vendor", lines)
+    if xids:
+        return CheckResult("soak_xid", Outcome.WARNING, f"{len(xids)} Xid(s) of the software class, e.g. Xid "
+                           f"{xids[0][1]}", "read the application's side", [f"Xid {c} at {a / 3600:.2f} h"
+                                                                            for a, c, _p in xids])
+    return CheckResult("soak_xid", Outcome.OK, "no Xid through the soak")

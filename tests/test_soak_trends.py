@@ -1,0 +1,125 @@
+"""The soak's trend judgements over telemetry series, and the MTBF a soak demonstrates: pure functions.
+
+The series are written here in the units the poll records (nvidia-smi's clocks_event_reasons.active as an integer
+mask, its temperature and volatile ECC count, sysfs's InfiniBand counters), hour by hour.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from provision import acceptance
+from provision.checks.outcome import Outcome
+from provision.checks.soak import Sample as S
+from provision.checks.soak import SoakLimits, judge, xids_of
+
+pytestmark = pytest.mark.fast
+H = 3600.0
+IDLE, POWER_CAP, SW_THERMAL, HW_THERMAL = 0x1, 0x4, 0x20, 0x40
+
+
+def _healthy(hours: int = 6, gpus: int = 2, ports: tuple[str, ...] = ("mlx5_0",)) -> dict[str, list[S]]:
+    series = {}
+    for gpu in range(gpus):
+        series[f"gpu{gpu}/clocks_event_reasons"] = [S(h * H, 0.0) for h in range(hours)]
+        series[f"gpu{gpu}/temperature_c"] = [S(h * H, 71.0) for h in range(hours)]
+        series[f"gpu{gpu}/ecc_uncorrected_volatile"] = [S(h * H, 0.0) for h in range(hours)]
+        series[f"gpu{gpu}/remap_pending"] = [S(h * H, 0.0) for h in range(hours)]
+    series["xid/read"] = [S(h * H, 1.0) for h in range(hours)]
+    for port in ports:
+        for counter, start in (("symbol_error", 3.0), ("link_downed", 1.0), ("port_rcv_errors", 0.0)):
+            series[f"{port}/{counter}"] = [S(h * H, start) for h in range(hours)]  # counters only grow
+    return series
+
+
+def _judged(series: dict[str, list[S]], **limits: object) -> dict[str, tuple[Outcome, str]]:
+    settings = SoakLimits(gpus=2, ports=("mlx5_0",), hardware_xids=frozenset({48, 79}), **limits)  # type: ignore[arg-type]
+    return {result.check: (result.outcome, result.message) for result in judge(series, settings)}
+
+
+def test_a_healthy_soak_passes_every_trend() -> None:
+    judged = _judged(_healthy())
+    assert {outcome for outcome, _ in judged.values()} == {Outcome.OK}, judged
+    assert judged["soak_telemetry"][1] == "6 polls of 5 series"
+
+
+def test_a_slowdown_held_for_the_polls_the_spec_asks_fails_with_its_gpu_and_span() -> None:
+    series = _healthy()
+    series["gpu1/clocks_event_reasons"] = [S(h * H, v) for h, v in enumerate(
+        [0, 0, SW_THERMAL, SW_THERMAL | HW_THERMAL, SW_THERMAL, 0])]
+    outcome, message = _judged(series)["soak_throttle"]
+    assert outcome is Outcome.FAILED
+    assert message == ("gpu1: hw_thermal_slowdown, sw_thermal_slowdown for 3 consecutive poll(s), polls at 2.00 h to "
+                       "4.00 h")
+
+
+def test_a_shorter_slowdown_is_a_warning_and_idle_or_a_power_cap_is_nothing() -> None:
+    series = _healthy()
+    series["gpu0/clocks_event_reasons"] = [S(h * H, v) for h, v in enumerate([IDLE, POWER_CAP, 0, 0, 0, IDLE])]
+    series["gpu1/clocks_event_reasons"] = [S(h * H, v) for h, v in enumerate([0, HW_THERMAL, HW_THERMAL, 0, 0, 0])]
+    assert _judged(series)["soak_throttle"][0] is Outcome.WARNING
+    assert _judged(series, throttle_polls=2)["soak_throttle"][0] is Outcome.FAILED
+    del series["gpu1/clocks_event_reasons"]
+    series["gpu1/clocks_event_reasons"] = [S(h * H, 0.0) for h in range(6)]
+    assert _judged(series)["soak_throttle"][0] is Outcome.OK
+
+
+def test_a_new_uncorrectable_error_or_pending_remap_fails_but_an_old_count_does_not() -> None:
+    series = _healthy()
+    series["gpu0/ecc_uncorrected_volatile"] = [S(h * H, 2.0) for h in range(6)]  # there before, not growing
+    assert _judged(series)["soak_memory"][0] is Outcome.OK
+    series["gpu1/remap_pending"] = [S(h * H, float(h >= 4)) for h in range(6)]
+    outcome, message = _judged(series)["soak_memory"]
+    assert outcome is Outcome.FAILED and message == "gpu1: a pending row remap from 0 to 1, first at 4.00 h"
+
+
+def test_link_errors_fail_past_their_rate_and_a_link_that_went_down_at_all() -> None:
+    series = _healthy()
+    series["mlx5_0/symbol_error"] = [S(h * H, 3.0 + 120 * h) for h in range(6)]  # 120 an hour
+    outcome, message = _judged(series)["soak_ib_errors"]
+    assert outcome is Outcome.FAILED
+    assert message == "mlx5_0: symbol_error grew by 600 in 5.00 h (120.0/h, limit 10/h), first at 1.00 h"
+    assert _judged(series, ib_errors_per_hour={"symbol_error": 200.0, "link_downed": 0.0,
+                                               "port_rcv_errors": 10.0})["soak_ib_errors"][0] is Outcome.OK
+    series = _healthy()
+    series["mlx5_0/link_downed"] = [S(h * H, 1.0 + (h >= 3)) for h in range(6)]
+    assert "link_downed grew by 1" in _judged(series)["soak_ib_errors"][1]
+
+
+def test_a_hardware_xid_fails_another_warns_and_an_unread_log_is_unknown() -> None:
+    series = _healthy()
+    series["xid/79/0000:1b:00"] = [S(2 * H, 1.0), S(3 * H, 1.0)]
+    assert _judged(series)["soak_xid"] == (Outcome.FAILED, "Xid 79 on 0000:1b:00 at 2.00 h")
+    series = _healthy()
+    series["xid/13/0000:1b:00"] = [S(2 * H, 1.0)]
+    assert _judged(series)["soak_xid"][0] is Outcome.WARNING
+    series = _healthy()
+    del series["xid/read"]  # dmesg refused (no root): silence about Xids is not their absence
+    assert _judged(series)["soak_xid"][0] is Outcome.UNKNOWN
+
+
+def test_telemetry_that_stopped_is_unknown_never_healthy() -> None:
+    series = _healthy()
+    series["gpu1/clocks_event_reasons"] = series["gpu1/clocks_event_reasons"][:1]
+    assert _judged(series)["soak_telemetry"][0] is Outcome.UNKNOWN
+    series = _healthy()
+    del series["mlx5_0/symbol_error"]
+    assert _judged(series)["soak_telemetry"] == (
+        Outcome.UNKNOWN, "1 series polled fewer than 2 times, e.g. mlx5_0/symbol_error (0 polls)")
+
+
+def test_an_xid_counts_only_when_the_log_grew_during_the_soak() -> None:
+    series = {"xid/read": [S(0.0, 1.0), S(H, 1.0), S(2 * H, 1.0)],
+              "xid/13/0000:1b:00": [S(0.0, 1.0), S(H, 1.0), S(2 * H, 1.0)],  # logged before the soak began
+              "xid/79/0000:3c:00": [S(2 * H, 1.0)]}  # first seen at the third read: new
+    assert xids_of(series) == [(2 * H, 79, "0000:3c:00")]
+
+
+def test_the_soak_a_delivery_needs_and_what_it_demonstrated() -> None:
+    """Zero failures in T node-hours: MTBF >= T / -ln(1 - c). The issue's figures: 1,536 node-hours against
+    1,000 h is 78% confidence; 1,000 h at 90% needs 2,303 node-hours, 144 h on 16 nodes."""
+    assert acceptance.statement(1536, 0, 1000) == "no failure in 1,536 node-hours: MTBF >= 1,000 h at 78% confidence"
+    assert round(acceptance.required_node_hours(1000, 0.9)) == 2303
+    assert round(acceptance.required_soak_hours(1000, 0.9, 16), 1) == 143.9
+    assert acceptance.demonstrated_confidence(acceptance.required_node_hours(500, 0.95), 500) == pytest.approx(0.95)
+    assert acceptance.statement(1536, 1, 1000).startswith("1 failure(s) in 1,536 node-hours")
