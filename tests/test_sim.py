@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -567,7 +568,39 @@ def observe_pcie_replays(host: SimHost) -> None:
     _under_dcgm(host, 3, "pcie", "Detected 400 pcie_replay_counter for GPU 3 which is above the threshold 80")
 
 
+def _clock(host: SimHost, time_scale: float) -> None:
+    from provision.sim.node import load_state, save_state
+
+    save_state(host.root, {**load_state(host.root), "time_scale": time_scale})
+
+
+def observe_thermal_throttle_after(host: SimHost) -> None:
+    """Healthy at first; once the host's clock has run the hours, thermal slowdown in every later reading."""
+    _install_driver(host)
+    rows = _gpu_rows(host, "index,clocks_event_reasons.active")
+    assert {row["clocks_event_reasons.active"] for row in rows} == {"0x0000000000000001"}, rows  # idle only
+    _clock(host, 7200.0)  # seconds since the injection, two simulated hours each: well past after_h
+    rows = {row["index"]: row for row in _gpu_rows(host, "index,clocks_event_reasons.active,temperature.gpu")}
+    assert int(rows["5"]["clocks_event_reasons.active"], 16) & 0x60 and rows["5"]["temperature.gpu"] == "92"
+    assert all(int(row["clocks_event_reasons.active"], 16) == 1 for index, row in rows.items() if index != "5")
+
+
+def observe_symbol_errors_growing(host: SimHost) -> None:
+    counter = host.root / "sys/class/infiniband/mlx5_4/ports/1/counters/symbol_error"
+    host.run("ibstat")
+    first = int(counter.read_text())
+    _clock(host, 3600.0)  # an hour a second: 500 an hour grows by the second
+    time.sleep(1.5)
+    host.run("ibstat")  # any tool the host runs brings its clock to the present
+    grown = int(counter.read_text()) - first
+    assert grown >= 500, grown
+    other = host.root / "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error"
+    assert int(other.read_text()) == 0
+
+
 NODE_FAULTS = {
+    "thermal_throttle_after": ({"target": "gpu5", "params": {"after_h": 2}}, observe_thermal_throttle_after),
+    "symbol_errors_growing": ({"target": "mlx5_4"}, observe_symbol_errors_growing),
     "gpu_memory_mismatch": ({"target": "gpu1"}, observe_gpu_memory_mismatch),
     "gpu_power_low": ({"target": "gpu2", "params": {"max_w": 380.0}}, observe_gpu_power_low),
     "pcie_replays": ({"target": "gpu3"}, observe_pcie_replays),

@@ -119,6 +119,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
             "lid_base": lid, "pinned_driver": loaded.spec.software.gpu_driver, "repository": repository,
             "address": node.address, "collective_semantics": loaded.spec.simulation.collective_semantics
             if loaded.spec.simulation else "gloo",
+            "time_scale": loaded.spec.simulation.time_scale if loaded.spec.simulation else 1.0,
             "faults": [fault for fault in by_node.get(node.name, [])
                        if fault["injected"] and fault["layer"] in ("node", "rank")],
         }

@@ -81,6 +81,7 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
     state["address"] = recipe["address"]
     state["packages_available"] = recipe["repository"]
     state["collective_semantics"] = recipe.get("collective_semantics", "gloo")
+    state["time_scale"] = recipe.get("time_scale", 1.0)
     # a stock image's first boot: apt-daily refreshes the lists (apt's lists lock), then unattended-upgrades
     # installs the archive's updates and holds dpkg's lock
     state["dpkg_lock_until"] = time.time() + FIRST_BOOT_UPGRADES_S

@@ -20,6 +20,7 @@ from provision.hostmodel.pciconfig import ACS_ENABLED_DEFAULT, CAP_EXP, ECAP_ACS
 from provision.hostmodel.pciconfig import read as read_config
 from provision.hostmodel.pciconfig import write as write_config
 from provision.sim import kernel_log
+from provision.sim.develop import schedule
 from provision.sim.files import replace_file
 from provision.sim.node import ACS_STATE_KEY, append_kernel_log, link_speed_text, sysfs_path, write
 from provision.sim.tools.apt import package_entry, read_status, write_status
@@ -205,6 +206,23 @@ def pcie_replays(node: NodeContext, params: dict[str, Any], target: str | None) 
     node.gpu(target)["pcie_replays_per_minute_under_load"] = params["per_minute"]
 
 
+def thermal_throttle_after(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """Healthy until the simulated clock has run ``after_h`` hours: then thermal slowdown, and it stays."""
+    node.gpu(target)["throttle_after"] = {"since": time.time(), "after_h": params["after_h"],
+                                          "temperature_c": params["temperature_c"]}
+    schedule(node.root)
+
+
+def symbol_errors_growing(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """The HCA port's symbol errors grow by ``per_hour`` on the simulated clock (a marginal cable or transceiver)."""
+    name = target or node.hardware.hcas[0].name
+    counter = node.ib_port(name) / "counters" / "symbol_error"
+    node.state.setdefault("ib_counter_growth", []).append(
+        {"hca": name, "counter": "symbol_error", "per_hour": params["per_hour"], "since": time.time(),
+         "base": int(counter.read_text().strip() or 0) if counter.exists() else 0})
+    schedule(node.root)
+
+
 def rank_fault(kind: str) -> Injector:
     """Rank-layer faults live in the processes of a test; the host records them for its Python's fault shim."""
     def inject(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
@@ -270,4 +288,5 @@ INJECTORS: dict[str, Injector] = {
     "perftest_without_cuda": perftest_without_cuda, "application_clocks_low": application_clocks_low,
     "unknown_kernel_log_line": unknown_kernel_log_line, "disk_full": disk_full,
     "gpu_memory_mismatch": gpu_memory_mismatch, "gpu_power_low": gpu_power_low, "pcie_replays": pcie_replays,
+    "thermal_throttle_after": thermal_throttle_after, "symbol_errors_growing": symbol_errors_growing,
 }

@@ -160,6 +160,14 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               "the GPU's PCIe link retrains and replays under traffic at full width and speed: idle it looks "
               "healthy; DCGM's PCIe test (run level 2) fails it on the corrected-error rate",
               {"per_minute": Param(int, 400, 1, 1_000_000)}),
+    FaultKind("thermal_throttle_after", "node", _GPU, "soak", "soak_throttle",
+              "healthy in every short test, the GPU throttles thermally once it has run after_h hours (a fan that "
+              "fails, paste that dries); the soak's throttle trend fails it",
+              {"after_h": Param(float, 2.0, 0.0, 2000.0), "temperature_c": Param(int, 92, 60, 120)}),
+    FaultKind("symbol_errors_growing", "node", _HCA, "soak", "soak_ib_errors",
+              "the HCA port's symbol errors grow by per_hour (a marginal cable or transceiver): a few in any "
+              "short test; the soak's counter trend fails the node",
+              {"per_hour": Param(float, 500.0, 1.0, 1e9)}),
 )}
 
 

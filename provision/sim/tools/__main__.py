@@ -52,6 +52,9 @@ def main(argv: list[str]) -> int:
     root, tool, args = Path(argv[1]), argv[2], argv[3:]
     try:
         root = _built(root.resolve())
+        from provision.sim.develop import advance
+
+        advance(root)  # the host's clock: faults that develop over time reach the present before any tool reads
         if tool not in TOOLS:
             raise ToolError(f"not simulated: {' '.join([tool, *args])}", 64)
         module, function = TOOLS[tool].split(":")

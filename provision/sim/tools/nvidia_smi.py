@@ -18,6 +18,7 @@ from typing import Any
 
 from provision.catalog import GPU_MODELS
 from provision.hostmodel import pciconfig
+from provision.sim.develop import hours_since
 from provision.sim.node import load_state
 from provision.sim.tools.apt import installed_version
 from provision.sim.tools.common import ToolError, not_simulated, service_active
@@ -255,7 +256,7 @@ class Smi:
                 for link in links:
                     crc = 0
                     if growth and growth["link"] == link:  # a failing lane: CRC errors pile up, some replayed
-                        crc = int(growth["per_hour"] * max(0.0, time.time() - growth["since"]) / 3600)
+                        crc = int(growth["per_hour"] * hours_since(self.state, growth["since"]))
                     for kind, count in (("Replay Errors", crc // 10), ("Recovery Errors", 0), ("CRC Errors", crc)):
                         out.append(f"\t Link {link}: {kind}: {count}")
             else:

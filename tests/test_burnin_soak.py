@@ -1,0 +1,106 @@
+"""The soak stage end to end on the simulated cluster, its clock at an hour a second: faults that develop over
+hours fail their node on the trend that shows them, the acceptance states what the soak demonstrated, and a soak
+whose controller was killed continues with the time it still owes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provision.spec.faults import CATALOG
+from tests.conftest import ROOT, run_cli
+from tests.simhelpers import provision, shrink_to_four_gpus, write_spec
+from tests.test_burnin_resume import _processes_of, _wait_for
+
+FAULTS = [
+    # strikes some 14 simulated hours after injection: after preflight (seconds, hours on this clock), mid-soak
+    {"kind": "thermal_throttle_after", "node": "sim02", "target": "gpu1", "params": {"after_h": 14}},
+    {"kind": "symbol_errors_growing", "node": "sim03", "target": "mlx5_0", "params": {"per_hour": 200}},
+]
+
+
+def _soak_spec(directory: Path, faults: list[dict], hosts: str, duration: str = "24h") -> Path:
+    spec = shrink_to_four_gpus(write_spec(directory, faults, hosts=hosts, stages=["preflight", "soak"],
+                                          admission={"max_failure_percent": {"burnin": 100},
+                                                     "acceptance": {"mtbf_hours": 50, "confidence": 0.5}}))
+    data = yaml.safe_load(spec.read_text())
+    data["burnin"]["soak"] = {"duration": duration, "poll_interval_s": 3600}
+    data["simulation"]["time_scale"] = 3600  # a simulated hour a second
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    return spec
+
+
+def _samples(spec: Path, sql: str) -> list[tuple]:
+    with closing(sqlite3.connect(spec.parent / ".provision" / "sim16" / "state.db")) as db:
+        return db.execute(sql).fetchall()
+
+
+@pytest.fixture(scope="module")
+def soaked(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    spec = _soak_spec(tmp_path_factory.mktemp("soak"), FAULTS, "sim[01-03]")
+    provision(spec)
+    result = run_cli("burnin", str(spec), "--json", timeout=600)
+    assert result.stdout, result.stderr
+    import json
+
+    payload = json.loads(result.stdout)
+    return {"spec": spec, "payload": payload, "nodes": {row["node"]: row for row in payload["nodes"]}}
+
+
+def test_a_healthy_node_soaks_its_hours_under_load_and_is_admitted(soaked: dict) -> None:
+    assert soaked["nodes"]["sim01"]["state"] == "admitted", soaked["nodes"]["sim01"]
+    polls = _samples(soaked["spec"], "SELECT COUNT(*), MAX(at_s) FROM soak_samples "
+                                     "WHERE node = 'sim01' AND series = 'gpu0/clocks_event_reasons'")
+    count, reached = polls[0]
+    assert count >= 20 and reached == 24 * 3600, polls  # hourly polls over the 24 simulated hours
+    rounds = _samples(soaked["spec"], "SELECT COUNT(*) FROM soak_samples WHERE node = 'sim01' "
+                                      "AND series = 'load/passed'")[0][0]
+    assert rounds >= 1, "the node stage's load ran through the soak"
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=lambda fault: fault["kind"])
+def test_what_develops_over_hours_fails_its_node_on_its_trend(soaked: dict, fault: dict) -> None:
+    kind = CATALOG[fault["kind"]]
+    node = soaked["nodes"][fault["node"]]
+    assert (node["state"], node["stage"], node["check"]) == ("quarantined", kind.stage, kind.check), node
+    assert fault["target"] in node["reason"], node["reason"]
+
+
+def test_the_acceptance_says_what_the_soak_demonstrated(soaked: dict, tmp_path: Path) -> None:
+    text = str(soaked["payload"])
+    assert "2 failure(s) in 72 node-hours" in text, text[-2000:]
+    html = tmp_path / "report.html"
+    result = run_cli("report", str(soaked["spec"]), "--output", str(html), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Soak: 2 failure(s) in 72 node-hours" in html.read_text()
+
+
+def test_a_soak_killed_mid_way_continues_with_the_time_it_owes(tmp_path: Path) -> None:
+    spec = _soak_spec(tmp_path, [], "sim[01-02]", duration="30h")
+    provision(spec)
+    reached = "SELECT COALESCE(MAX(at_s), 0) FROM soak_samples"
+    controller = subprocess.Popen([sys.executable, "-m", "provision", "burnin", str(spec), "--json"], cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: (spec.parent / ".provision" / "sim16" / "state.db").exists()
+              and _samples(spec, reached)[0][0] >= 8 * 3600, "eight soaked hours", 120, controller)
+    os.kill(controller.pid, signal.SIGKILL)
+    controller.wait(timeout=30)
+    before = _samples(spec, reached)[0][0]
+    _wait_for(lambda: not _processes_of(tmp_path), "every load process of the killed run to be gone", 30)
+    again = run_cli("burnin", str(spec), "--json", timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    first_after = _samples(spec, f"SELECT MIN(at_s) FROM soak_samples WHERE at_s > {before}")[0][0]
+    assert _samples(spec, reached)[0][0] == 30 * 3600
+    assert first_after - before <= 2 * 3600, "the soak's clock went on from where it stood"
+    polls = _samples(spec, "SELECT at_s FROM soak_samples WHERE node = 'sim01' "
+                           "AND series = 'gpu0/clocks_event_reasons' ORDER BY at_s")
+    assert [at for at, in polls] == sorted({at for at, in polls}), "one soak: no hour polled twice"
+    assert len(polls) <= 30 + 4, f"the owed {30 - before / 3600:.0f} h were soaked, not 30 again: {len(polls)}"
