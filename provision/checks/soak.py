@@ -69,6 +69,14 @@ def xids_of(series: dict[str, list[Sample]]) -> list[tuple[float, int, str]]:
     return sorted(found)
 
 
+def _result(check: str, findings: list[str], ok: str, remediation: str,
+            outcome: Outcome = Outcome.FAILED) -> CheckResult:
+    if not findings:
+        return CheckResult(check, Outcome.OK, ok)
+    message = findings[0] if len(findings) == 1 else f"{findings[0]} (and {len(findings) - 1} more)"
+    return CheckResult(check, outcome, message, remediation, findings)
+
+
 def _telemetry(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
     wanted = [f"gpu{index}/clocks_event_reasons" for index in range(limits.gpus)]
     wanted += [f"{port}/{counter}" for port in limits.ports for counter in limits.ib_errors_per_hour]
@@ -107,9 +115,8 @@ def _throttle(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResul
         line = f"{name.split('/')[0]}: {', '.join(reasons)} for {len(longest)} consecutive poll(s), {_span(longest)}"
         (held if len(longest) >= limits.throttle_polls else blips).append(line)
     if held:
-        return CheckResult("soak_throttle", Outcome.FAILED, held[0] if len(held) == 1 else
-                           f"{held[0]} (and {len(held) - 1} more)", "check airflow, fans, heatsink contact and the "
-                           "power supplies; a GPU slowed under sustained load is slow for every job", held)
+        return _result("soak_throttle", held, "", "check airflow, fans, heatsink contact and the power supplies; a "
+                       "GPU slowed under sustained load is slow for every job")
     if blips:
         return CheckResult("soak_throttle", Outcome.WARNING, f"{blips[0]}: shorter than the "
                            f"{limits.throttle_polls} polls that fail a node", "watch it", blips)
@@ -135,11 +142,9 @@ def _memory(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
             what = "uncorrectable ECC errors" if quantity == "ecc_uncorrected_volatile" else "a pending row remap"
             findings.append(f"{gpu}: {what} from {samples[0].value:g} to {grown[1].value:g}, first at "
                             f"{grown[0].at_s / 3600:.2f} h")
-    if findings:
-        return CheckResult("soak_memory", Outcome.FAILED, findings[0] if len(findings) == 1 else
-                           f"{findings[0]} (and {len(findings) - 1} more)", "reset the GPU (a pending remap takes "
-                           "effect at reset) and soak again; errors that come back are a case for the vendor", findings)
-    return CheckResult("soak_memory", Outcome.OK, "no new uncorrectable ECC error or pending row remap")
+    return _result("soak_memory", findings, "no new uncorrectable ECC error or pending row remap",
+                   "reset the GPU (a pending remap takes effect at reset) and soak again; errors that come back are "
+                   "a case for the vendor")
 
 
 def _ib_errors(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
@@ -155,11 +160,9 @@ def _ib_errors(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResu
             start = _grew(samples)
             findings.append(f"{port}: {counter} grew by {grown:g} in {hours:.2f} h ({grown / hours:.1f}/h, limit "
                             f"{allowed:g}/h), first at {start[0].at_s / 3600 if start else 0:.2f} h")
-    if findings:
-        return CheckResult("soak_ib_errors", Outcome.FAILED, findings[0] if len(findings) == 1 else
-                           f"{findings[0]} (and {len(findings) - 1} more)", "reseat or replace the cable and "
-                           "transceiver of that port (topology flaps names the switch end); re-test the link", findings)
-    return CheckResult("soak_ib_errors", Outcome.OK, "InfiniBand error counters within their limits per hour")
+    return _result("soak_ib_errors", findings, "InfiniBand error counters within their limits per hour",
+                   "reseat or replace the cable and transceiver of that port (topology flaps names the switch end); "
+                   "re-test the link")
 
 
 def _xids(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
@@ -170,10 +173,9 @@ def _xids(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
     xids = xids_of(series)
     hardware = [(at, code, pci) for at, code, pci in xids if code in limits.hardware_xids]
     if hardware:
-        lines = [f"Xid {code} on {pci} at {at / 3600:.2f} h" for at, code, pci in hardware]
-        return CheckResult("soak_xid", Outcome.FAILED, lines[0] if len(lines) == 1 else
-                           f"{lines[0]} (and {len(lines) - 1} more)", "the Xid's remediation (preflight's xid "
-                           "check names it); a hardware Xid under load is a case for the vendor", lines)
+        return _result("soak_xid", [f"Xid {code} on {pci} at {at / 3600:.2f} h" for at, code, pci in hardware], "",
+                       "the Xid's remediation (preflight's xid check names it); a hardware Xid under load is a case "
+                       "for the vendor")
     if xids:
         return CheckResult("soak_xid", Outcome.WARNING, f"{len(xids)} Xid(s) of the software class, e.g. Xid "
                            f"{xids[0][1]}", "read the application's side", [f"Xid {c} at {a / 3600:.2f} h"
