@@ -35,7 +35,8 @@ def write_spec(directory: Path, faults: list[dict], *, hosts: str = "sim[01-02]"
                 data["burnin"].pop(stage, None)
     if admission is not None:
         data["admission"] = admission
-    data["simulation"] = {"seed": seed, "faults": faults, "collective_semantics": collective_semantics}
+    data["simulation"] = {"seed": seed, "faults": faults, "collective_semantics": collective_semantics,
+                          "time_scale": data["simulation"]["time_scale"]}  # the example's soak runs in seconds
     path = directory / "spec.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

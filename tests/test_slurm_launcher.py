@@ -25,6 +25,7 @@ from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_
 from topology import hostlist
 
 HOSTS = hostlist.expand("sim[01-06]")
+STAGES = ["preflight", "node", "collectives", "training"]  # the stages that start workers, through srun
 # the example's burn-in faults, each moved to a host of this smaller cluster; sim06 alone stays healthy: the
 # corrupting rank's group testing has one healthy pair (sim05, whose fault strikes only in training, and sim06)
 # to confirm it against — with a one-node pass taken as health it once blamed both
@@ -34,7 +35,7 @@ EXAMPLE_NODES = {"sim07": "sim01", "sim09": "sim02", "sim12": "sim03", "sim13": 
 def _example_burnin_faults() -> list[dict]:
     faults = yaml.safe_load(example_text())["simulation"]["faults"]
     chosen = [dict(fault, node=EXAMPLE_NODES[fault["node"]]) for fault in faults
-              if fault.get("node") and CATALOG[fault["kind"]].stage != "provision"]
+              if fault.get("node") and CATALOG[fault["kind"]].stage in STAGES]
     assert sorted(fault["node"] for fault in chosen) == sorted(EXAMPLE_NODES.values())
     for fault in chosen:
         if fault.get("target", "").startswith("gpu") and int(fault["target"][3:]) > 3:
@@ -47,7 +48,7 @@ def test_the_example_faults_burned_in_by_srun_get_their_stage_and_check(tmp_path
     faults = _example_burnin_faults()
     slurm_dir = tmp_path / "slurm"
     spec = shrink_to_four_gpus(write_spec(tmp_path, faults, hosts="sim[01-06]",
-                                          stages=["preflight", "node", "collectives", "training"],
+                                          stages=STAGES,
                                           admission={"max_failure_percent": {"burnin": 100}}))
     data = yaml.safe_load(spec.read_text())
     data["burnin"]["launcher"] = "slurm"

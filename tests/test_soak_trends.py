@@ -123,3 +123,51 @@ def test_the_soak_a_delivery_needs_and_what_it_demonstrated() -> None:
     assert round(acceptance.required_soak_hours(1000, 0.9, 16), 1) == 143.9
     assert acceptance.demonstrated_confidence(acceptance.required_node_hours(500, 0.95), 500) == pytest.approx(0.95)
     assert acceptance.statement(1536, 1, 1000).startswith("1 failure(s) in 1,536 node-hours")
+
+
+def test_a_noisy_healthy_gpu_and_link_pass() -> None:
+    """What a healthy node's day looks like (the shape of nvidia-smi's and sysfs's readings under a training load):
+    temperatures wandering 68-79 C, idle and power-cap bits set and cleared between rounds, a single poll of SW
+    power cap, symbol errors creeping up by a few, well inside their rate. None of it is a finding."""
+    import random
+
+    chance = random.Random(5)
+    series = _healthy(hours=24)
+    for gpu in range(2):
+        series[f"gpu{gpu}/temperature_c"] = [S(h * H, 68.0 + chance.random() * 11) for h in range(24)]
+        series[f"gpu{gpu}/clocks_event_reasons"] = [S(h * H, float(chance.choice([0, IDLE, POWER_CAP, 0])))
+                                                    for h in range(24)]
+    counts, total = [], 3.0
+    for _h in range(24):
+        total += chance.choice([0, 0, 1, 2])
+        counts.append(total)
+    series["mlx5_0/symbol_error"] = [S(h * H, count) for h, count in enumerate(counts)]
+    judged = _judged(series)
+    assert {outcome for outcome, _ in judged.values()} == {Outcome.OK}, judged
+
+
+def test_a_soak_too_short_for_the_declared_mtbf_is_a_located_error(tmp_path) -> None:
+    import yaml
+
+    from provision.spec import SpecError, load_spec
+    from tests.conftest import example_text
+
+    data = yaml.safe_load(example_text())
+    data["admission"] = {"acceptance": {"mtbf_hours": 1000, "confidence": 0.9}}
+    data["burnin"]["soak"]["duration"] = "8h"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert [str(issue).split(": ", 1)[1] for issue in caught.value.issues] == [
+        "burnin.soak.duration: 8h on 16 node(s) is 128 node-hours; MTBF >= 1,000 h at 90% confidence needs 2,303 "
+        "(hint: soak at least 144h, or lower admission.acceptance)"]
+    data["burnin"]["soak"]["duration"] = "6d"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert load_spec(path).spec.admission.acceptance is not None
+    data["burnin"]["stages"].remove("soak")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert sorted(str(issue).split(": ", 1)[1].split(":")[0] for issue in caught.value.issues) == [
+        "admission.acceptance", "burnin.soak"]
