@@ -95,7 +95,8 @@ def _measure(servers: LoopbackSshd, addresses: dict[str, str], work: Path) -> di
     data["connection"] = {**servers.connection(forks=hosts, become_password_env="PROVISION_BECOME_PASSWORD"),
                           "jump_host": f"{USER}@{BASTION}:{servers.port}"}
     data["burnin"]["stages"] = ["preflight"]
-    data["burnin"].pop("dcgm", None)  # read by the dcgm stage alone
+    for key in ("dcgm", "soak"):  # each read by its stage alone
+        data["burnin"].pop(key, None)
     data["simulation"] = {"seed": 5, "faults": []}
     spec = work / "spec.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -25,7 +25,7 @@ from bench.simulated import example, provision_then_burn_in, shrink_to_four_host
 
 def healthy_spec(directory: Path, seed: int, quick: bool) -> Path:
     data = example()
-    data["simulation"] = {"seed": seed, "faults": []}
+    data["simulation"] = {**data["simulation"], "seed": seed, "faults": []}  # the time scale kept: the soak in seconds
     return write_spec(directory, shrink_to_four_hosts(data) if quick else data)
 
 

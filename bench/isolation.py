@@ -77,7 +77,8 @@ def simulated(bad_hosts: list[str]) -> dict[str, object]:
     data = example()
     data["simulation"]["faults"] = [{"kind": "collective_corruption", "node": host} for host in bad_hosts]
     data["burnin"]["stages"] = ["collectives"]
-    data["burnin"].pop("dcgm", None)  # read by the dcgm stage alone
+    for key in ("dcgm", "soak"):  # each read by its stage alone
+        data["burnin"].pop(key, None)
     data["admission"] = {**data.get("admission", {}), "max_failure_percent": {"burnin": 100}}
     with tempfile.TemporaryDirectory(prefix="isolation-") as name:
         workdir = Path(name)

@@ -54,7 +54,8 @@ def fleet():
             data["connection"] = {**servers.connection(forks=HOSTS, become_password_env=next(iter(BECOME))),
                                   "jump_host": f"{USER}@{BASTION}:{servers.port}"}
             data["burnin"]["stages"] = ["preflight"]
-            data["burnin"].pop("dcgm")  # read by the dcgm stage alone
+            for key in ("dcgm", "soak"):  # each read by its stage alone
+                data["burnin"].pop(key, None)
             data["simulation"] = {"seed": 11, "faults": []}
             spec = work / "spec.yaml"
             spec.write_text(yaml.safe_dump(data, sort_keys=False))

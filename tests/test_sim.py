@@ -579,7 +579,7 @@ def observe_thermal_throttle_after(host: SimHost) -> None:
     _install_driver(host)
     rows = _gpu_rows(host, "index,clocks_event_reasons.active")
     assert {row["clocks_event_reasons.active"] for row in rows} == {"0x0000000000000001"}, rows  # idle only
-    _clock(host, 7200.0)  # seconds since the injection, two simulated hours each: well past after_h
+    _clock(host, 360000.0)  # a hundred simulated hours a second since the injection: well past after_h
     rows = {row["index"]: row for row in _gpu_rows(host, "index,clocks_event_reasons.active,temperature.gpu")}
     assert int(rows["5"]["clocks_event_reasons.active"], 16) & 0x60 and rows["5"]["temperature.gpu"] == "92"
     assert all(int(row["clocks_event_reasons.active"], 16) == 1 for index, row in rows.items() if index != "5")
@@ -599,7 +599,7 @@ def observe_symbol_errors_growing(host: SimHost) -> None:
 
 
 NODE_FAULTS = {
-    "thermal_throttle_after": ({"target": "gpu5", "params": {"after_h": 2}}, observe_thermal_throttle_after),
+    "thermal_throttle_after": ({"target": "gpu5", "params": {"after_h": 50}}, observe_thermal_throttle_after),
     "symbol_errors_growing": ({"target": "mlx5_4"}, observe_symbol_errors_growing),
     "gpu_memory_mismatch": ({"target": "gpu1"}, observe_gpu_memory_mismatch),
     "gpu_power_low": ({"target": "gpu2", "params": {"max_w": 380.0}}, observe_gpu_power_low),

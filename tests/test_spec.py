@@ -189,6 +189,7 @@ def test_dcgm_settings_act_or_are_refused_where_they_are_written(tmp_path: Path)
 
     data = yaml.safe_load(example_text())
     data["burnin"]["stages"] = ["preflight", "node"]
+    del data["burnin"]["soak"]  # refused without its stage too (tests/test_soak_trends.py)
     data["burnin"]["dcgm"] = {"level": 2, "allowed_skips": ["pcie", "memtest", "eud"]}
     data["software"]["dcgm"] = "3.1.3"
     with pytest.raises(SpecError) as caught:
