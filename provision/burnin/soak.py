@@ -34,6 +34,10 @@ from provision.spec.semantics import ResolvedNode
 from provision.state import StateStore
 
 COMMAND_TIMEOUT_S = 60.0
+#: What changes slowly and costs more to read (pending row remaps, the kernel log's Xids) is read at most this often
+#: on the soak's clock, and at its first and last poll: a 10 s cadence for every GPU's clocks does not need a
+#: 10 s cadence for the kernel log (bench.soak_polling: 5.2% of a core for 512 GPUs with both, under 5% without).
+SLOW_EVERY_S = 60.0
 #: The shortest real pause between polls (a simulator's clock can ask for less).
 MIN_PAUSE_S = 0.2
 
@@ -46,21 +50,21 @@ def limits(loaded: LoadedSpec, node: ResolvedNode, settings: Soak) -> soak.SoakL
                            hardware_xids=preflight.HARDWARE_XIDS, gpus=profile.gpu.count, ports=rails)
 
 
-def poll(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.Gpu]]
-         ) -> tuple[dict[str, float], list[str]]:
+def poll(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.Gpu]], *,
+         slow: bool = True) -> tuple[dict[str, float], list[str]]:
     """One poll of one node: series name -> value, and what could not be read (those series simply have no
     sample this time: a series that keeps missing is judged unknown, never healthy)."""
     values: dict[str, float] = {}
     problems: list[str] = []
     try:
-        _poll_into(session, rails, gpus_fact, values, problems)
+        _poll_into(session, rails, gpus_fact, values, problems, slow)
     except (ValueError, KeyError, IndexError) as error:  # output we cannot read: this poll's rest goes unsampled
         problems.append(f"unexpected output: {error}")
     return values, problems
 
 
 def _poll_into(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.Gpu]],
-               values: dict[str, float], problems: list[str]) -> None:
+               values: dict[str, float], problems: list[str], slow: bool) -> None:
     gpus = session.run(gpus_fact.argv, COMMAND_TIMEOUT_S)
     bus_index: dict[str, str] = {}
     if gpus.ok:
@@ -73,14 +77,8 @@ def _poll_into(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[lis
                     values[f"gpu{gpu.index}/{name}"] = float(text)
     else:
         problems.append(gpus.problem())
-    remapped = session.run(nvidia_smi.REMAPPED_ROWS.argv, COMMAND_TIMEOUT_S)
-    if remapped.ok:
-        for rows in nvidia_smi.REMAPPED_ROWS.parse(remapped.stdout):
-            found = bus_index.get(rows.bus_id.lower()[-12:])
-            if found is not None:
-                values[f"gpu{found}/remap_pending"] = 1.0 if rows.pending.strip() in ("1", "Yes") else 0.0
-    else:
-        problems.append(remapped.problem())
+    if slow:
+        _poll_slow(session, bus_index, values, problems)
     for hca in rails:
         for counter in soak.IB_COUNTERS:
             try:
@@ -90,6 +88,19 @@ def _poll_into(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[lis
                 continue
             if counted is not None and counted.strip().isdigit():
                 values[f"{hca}/{counter}"] = float(counted.strip())
+
+
+def _poll_slow(session: HostSession, bus_index: dict[str, str], values: dict[str, float],
+               problems: list[str]) -> None:
+    """What changes slowly and costs more to read: the pending row remaps and the kernel log's Xids."""
+    remapped = session.run(nvidia_smi.REMAPPED_ROWS.argv, COMMAND_TIMEOUT_S)
+    if remapped.ok:
+        for rows in nvidia_smi.REMAPPED_ROWS.parse(remapped.stdout):
+            found = bus_index.get(rows.bus_id.lower()[-12:])
+            if found is not None:
+                values[f"gpu{found}/remap_pending"] = 1.0 if rows.pending.strip() in ("1", "Yes") else 0.0
+    else:
+        problems.append(remapped.problem())
     log = session.run(kernel_log.KERNEL_LOG.argv, COMMAND_TIMEOUT_S, become=kernel_log.KERNEL_LOG.needs_root)
     if log.ok:
         counts: dict[str, float] = {}
@@ -132,9 +143,12 @@ class SoakStage:
         try:
             fields = self._gpu_facts()
             due = elapsed  # polls keep their cadence: a slow poll shortens the pause after it, never the series
+            slow_at: float | None = None
             while True:
                 at_s = clock()
-                self._poll_all(fields, min(at_s, duration_s))
+                slow = slow_at is None or at_s >= duration_s or at_s - slow_at >= SLOW_EVERY_S
+                slow_at = at_s if slow else slow_at
+                self._poll_all(fields, min(at_s, duration_s), slow=slow)
                 if at_s >= duration_s:
                     break
                 while due <= at_s:
@@ -165,7 +179,7 @@ class SoakStage:
         with ThreadPoolExecutor(max_workers=min(self.forks, len(self.nodes))) as pool:
             return dict(zip((node.name for node in self.nodes), pool.map(ask, self.nodes), strict=True))
 
-    def _poll_all(self, fields: dict[str, Fact[list[nvidia_smi.Gpu]]], at_s: float) -> None:
+    def _poll_all(self, fields: dict[str, Fact[list[nvidia_smi.Gpu]]], at_s: float, *, slow: bool) -> None:
         def one(node: ResolvedNode) -> dict[str, float]:
             rails = limits(self.loaded, node, self.settings).ports
             try:
@@ -173,7 +187,7 @@ class SoakStage:
             except Exception:
                 return {}  # no sample this time; a node that stays unreachable ends unknown
             try:
-                return poll(session, rails, fields[node.name])[0]
+                return poll(session, rails, fields[node.name], slow=slow)[0]
             finally:
                 session.close()
 
