@@ -12,9 +12,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from provision.burnin.node_checks import unreachable
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks import dcgm_diag
-from provision.checks.outcome import CheckResult, Outcome
+from provision.checks.outcome import CheckResult
 from provision.facts import dcgm
 from provision.hostsession import CommandResult
 from provision.observe import open_session
@@ -28,13 +29,9 @@ TIMEOUT_S = {1: 300, 2: 1200, 3: 3600, 4: 4 * 3600}
 ATTEMPTS = 2  # a connection lost under the diagnostic: once more, then unknown (ours)
 
 
-def settings(loaded: LoadedSpec) -> DcgmDiag:
-    return loaded.spec.burnin.dcgm or DcgmDiag()
-
-
 def run_dcgm_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, forks: int,
                    evidence_dir: Path) -> list[NodeVerdict]:
-    diag = settings(loaded)
+    diag = loaded.spec.burnin.dcgm or DcgmDiag()
     timeout_s = float(diag.timeout_s or TIMEOUT_S[diag.level])
     evidence_dir.mkdir(parents=True, exist_ok=True)
 
@@ -56,8 +53,7 @@ def diagnose(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, expect: dc
         try:
             session = open_session(loaded, node, state_dir)
         except Exception as error:
-            return [CheckResult("connect", Outcome.UNKNOWN, f"cannot open a session: {type(error).__name__}: {error}",
-                                "check that the host is up and reachable over SSH")]
+            return [unreachable("connect", error)]
         try:
             result = session.run(probe.argv, timeout_s, become=probe.needs_root)
         finally:
@@ -72,9 +68,10 @@ def diagnose(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, expect: dc
 def judge_run(result: CommandResult, expect: dcgm_diag.DiagExpectations) -> list[CheckResult]:
     """One ``dcgmi diag`` run as the checks see it: its report when it printed one (whatever its exit status: a
     failure exits 226 or 205 with a full report), else why there is none."""
-    if result.lost or result.timed_out or result.refused_root or not result.stdout.strip():
-        cut = result.lost or result.timed_out or result.refused_root or not result.ok
-        return dcgm_diag.evaluate(None, expect, problem=result.problem() if cut else "it printed nothing")
+    if result.lost or result.timed_out or result.refused_root:  # a report printed before that is cut short
+        return dcgm_diag.evaluate(None, expect, problem=result.problem())
+    if not result.stdout.strip():
+        return dcgm_diag.evaluate(None, expect, problem="it printed nothing" if result.ok else result.problem())
     try:
         report = dcgm.parse_diag(result.stdout)
     except ValueError as error:

@@ -19,12 +19,17 @@ from provision.spec.semantics import ResolvedNode
 COMMAND_TIMEOUT_S = 60.0
 
 
+def unreachable(check: str, error: Exception) -> CheckResult:
+    """``check`` unknown because no session to the node could be opened: ours to retry, never the node's verdict."""
+    return CheckResult(check, Outcome.UNKNOWN, f"cannot open a session: {type(error).__name__}: {error}",
+                       "check that the host is up and reachable over SSH")
+
+
 def check_node(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> list[CheckResult]:
     try:
         session = open_session(loaded, node, state_dir)
     except Exception as error:
-        return [CheckResult("connect", Outcome.UNKNOWN, f"cannot open a session: {type(error).__name__}: {error}",
-                            "check that the host is up and reachable over SSH")]
+        return [unreachable("connect", error)]
     try:
         return preflight.run(session, spec_expectations.expectations(loaded, node), COMMAND_TIMEOUT_S)
     finally:
@@ -49,8 +54,7 @@ def runtime_of(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, fabric_t
     try:
         session = open_session(loaded, node, state_dir)
     except Exception as error:
-        return CheckResult("runtime/version", Outcome.UNKNOWN, f"cannot open a session: {type(error).__name__}: "
-                           f"{error}", "check that the host is up and reachable over SSH")
+        return unreachable("runtime/version", error)
     try:
         result = session.run(runtime.probe_argv(python), COMMAND_TIMEOUT_S)
     finally:

@@ -3,9 +3,10 @@
 The load is the node stage itself (matmul at its best shape, memory copies, the node's collectives), run in rounds
 back to back on every node still in the soak; a round a node fails fails its soak with that round's check
 (``soak_load``). Meanwhile the controller polls each node every ``poll_interval_s``: each GPU's clock-event
-reasons, temperature, uncorrectable ECC count and pending row remap; each rail HCA's error counters; the Xids in
-the kernel log. Every value goes to the state store as a time series (``soak_samples``), and the trends are judged
-on the whole series when the time is up (:mod:`provision.checks.soak`).
+reasons, temperature and uncorrectable ECC count, each rail HCA's error counters; and, at most once a minute of the
+soak's clock, the pending row remaps and the Xids in the kernel log. Every value goes to the state store as a time
+series (``soak_samples``), and the trends are judged on the whole series when the time is up
+(:mod:`provision.checks.soak`).
 
 Time is the soak's own clock: seconds since it began, kept in the store with the samples, so a soak that was
 interrupted (Ctrl-C, kill -9 of the controller, a rebooted node) continues with the time it still owes. On the
@@ -123,6 +124,7 @@ class SoakStage:
         self.forks, self.evidence_dir = max(1, forks), evidence_dir
         self.load = load or (lambda nodes, directory: multinode.run_node_stage(
             loaded, nodes, store.state_dir, seed=seed, evidence_dir=directory))
+        self.rails = {node.name: limits(loaded, node, self.settings).ports for node in nodes}  # once, not per poll
         self.failed_rounds: dict[str, CheckResult] = {}
         self.load_error = ""
         self.rounds = 0
@@ -181,13 +183,12 @@ class SoakStage:
 
     def _poll_all(self, fields: dict[str, Fact[list[nvidia_smi.Gpu]]], at_s: float, *, slow: bool) -> None:
         def one(node: ResolvedNode) -> dict[str, float]:
-            rails = limits(self.loaded, node, self.settings).ports
             try:
                 session = open_session(self.loaded, node, self.store.state_dir)
             except Exception:
                 return {}  # no sample this time; a node that stays unreachable ends unknown
             try:
-                return poll(session, rails, fields[node.name], slow=slow)[0]
+                return poll(session, self.rails[node.name], fields[node.name], slow=slow)[0]
             finally:
                 session.close()
 
