@@ -10,6 +10,7 @@ in the inventory.
 
 from __future__ import annotations
 
+import base64
 import os
 import sys
 from pathlib import Path
@@ -94,15 +95,18 @@ KEYRING_DIR = "/etc/apt/keyrings"
 SOURCES_LIST = "/etc/apt/sources.list.d/provision.list"
 
 
-def package_sources(loaded: LoadedSpec) -> list[dict[str, str]]:
-    """Each repository's key (copied under the name its form needs: apt reads ``.asc`` as armored, ``.gpg`` as
-    binary) and its one-line ``sources.list`` entry bound to that key alone (``signed-by``)."""
+def package_sources(loaded: LoadedSpec) -> list[dict[str, Any]]:
+    """Each repository's key (written under the name its form needs: apt reads ``.asc`` as armored, ``.gpg`` as
+    binary) and its one-line ``sources.list`` entry bound to that key alone (``signed-by``). The key travels as
+    the ``host_files`` entry that writes it (a public key, read here, where the site checked it)."""
     sources = []
     for repository in loaded.spec.software.repositories:
         key = (loaded.path.resolve().parent / repository.key).expanduser()
-        suffix = "asc" if key_form(key.read_bytes()) == "armored" else "gpg"
+        content = key.read_bytes()
+        suffix = "asc" if key_form(content) == "armored" else "gpg"
         key_dest = f"{KEYRING_DIR}/provision-{repository.name}.{suffix}"
-        sources.append({"name": repository.name, "key_src": str(key), "key_dest": key_dest,
+        key_file = {"path": key_dest, "mode": "0644", "content_base64": base64.b64encode(content).decode()}
+        sources.append({"name": repository.name, "key_file": key_file,
                         "line": " ".join(["deb", f"[signed-by={key_dest}]", repository.url, repository.suite,
                                           *repository.components])})
     return sources

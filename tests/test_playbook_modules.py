@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT
 from tests.simhelpers import SimHost, bring_up
@@ -57,3 +61,30 @@ def test_a_host_that_runs_another_kernel_than_the_pin_is_refused() -> None:
     assert gpu_host_facts.mismatches(found, 1, ["mlx5_0"], "5.15.0-112-generic") == [
         "it runs kernel 5.15.0-105-generic, the spec pins 5.15.0-112-generic (software.kernel): install it and "
         "make it the default boot entry"]
+
+
+def test_host_files_reads_each_entry_and_names_what_is_wrong_with_it(tmp_path: Path) -> None:
+    import base64
+
+    import host_files
+
+    script = host_files.wanted({"path": "/usr/local/sbin/x", "mode": "0755", "content": "#!/bin/sh\n"})
+    assert script == host_files.Wanted("/usr/local/sbin/x", 0o755, b"#!/bin/sh\n")
+    key = host_files.wanted({"path": "/etc/apt/keyrings/k.gpg", "mode": "0644",
+                             "content_base64": base64.b64encode(b"\x99\x01\x0d").decode()})
+    assert key.content == b"\x99\x01\x0d"  # a binary key (apt reads .gpg as binary) arrives byte for byte
+    for entry, words in [({"path": "etc/x", "mode": "0644", "content": ""}, "absolute file path"),
+                         ({"path": "/etc/x", "mode": "rw-r--r--", "content": ""}, "/etc/x: mode must be an octal"),
+                         ({"path": "/etc/x", "mode": "0644"}, "/etc/x: give exactly one of"),
+                         ({"path": "/etc/x", "mode": "0644", "content": "", "content_base64": ""}, "exactly one"),
+                         ({"path": "/etc/x", "mode": "0644", "content_base64": "not base64!"}, "is not base64")]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            host_files.wanted(entry)
+    target = tmp_path / "etc" / "systemd" / "system" / "unit.service"
+    assert host_files.current(str(target)) is None
+    host_files.write(str(target), b"[Unit]\n", 0o644)  # the folders are made on the way, no temporary file left
+    assert host_files.current(str(target)) == (b"[Unit]\n", 0o644) and os.listdir(target.parent) == ["unit.service"]
+    host_files.write(str(target), b"[Unit]\n", 0o600)
+    assert host_files.current(str(target)) == (b"[Unit]\n", 0o600)
+    with pytest.raises(IsADirectoryError):
+        host_files.current(str(target.parent))
