@@ -2,9 +2,9 @@
 
 Groups: one per node group (``group_<name>``) and per scalable unit (``su01``...). Host variables carry what the
 roles need (GPU count, rail HCAs, pins, policy), and the connection. The simulated cluster differs only here:
-its hosts get ``ansible_connection: local``, ``hw_root`` (the host's hardware root) and
-``provision_environment`` (its stand-ins first on PATH), unless the spec presents the simulated hosts at
-the real paths (``simulation.presentation: namespace``), where they get nothing at all. Credentials never land
+its hosts get ``ansible_connection: local``, ``hw_root`` (the host's hardware root), their own ``python3`` for
+the modules and ``provision_environment`` (its stand-ins first on PATH), unless the spec presents the simulated
+hosts at the real paths (``simulation.presentation: namespace``), where they get nothing at all. Credentials never land
 in the inventory.
 """
 
@@ -81,6 +81,8 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
         paths = sim_cluster.node_paths(state_dir, node.name)
         variables.update(
             hw_root=str(paths.root),
+            # the modules run on the host's python3, as on a real host (which keeps the bytecode they compile)
+            ansible_python_interpreter=str(paths.bin / "python3"),
             provision_environment={"PATH": f"{paths.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"},
             # by absolute path: a simulated host's reboot must never reach this machine's own shutdown
             gpu_driver_reboot_command=f'{paths.bin}/shutdown -r now '

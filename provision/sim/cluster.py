@@ -252,7 +252,7 @@ def write_stand_ins(directory: Path, root: str, *, node_python: bool = True) -> 
         )
         script.chmod(0o755)
     if node_python:
-        shim = Path(__file__).resolve().parent / "rankshim"
+        shim = Path(__file__).resolve().parent / "nodepython"
         python = directory / "python3"
         python.write_text(
             "#!/bin/sh\n"
