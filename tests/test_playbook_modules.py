@@ -88,3 +88,20 @@ def test_host_files_reads_each_entry_and_names_what_is_wrong_with_it(tmp_path: P
     assert host_files.current(str(target)) == (b"[Unit]\n", 0o600)
     with pytest.raises(IsADirectoryError):
         host_files.current(str(target.parent))
+
+
+def test_a_unit_is_read_once_and_brought_where_it_is_wanted_in_one_command() -> None:
+    import unit_state
+
+    # systemd prints the properties in its own order, whatever order they were asked in
+    fresh = unit_state.unit_properties("LoadState=loaded\nActiveState=inactive\nUnitFileState=disabled\n")
+    assert unit_state.actions_for(fresh, enabled=True, started=True) == ["enable", "--now"]
+    assert unit_state.actions_for(fresh, enabled=False, started=True) == ["start"]
+    crashed = unit_state.unit_properties("LoadState=loaded\nActiveState=failed\nUnitFileState=enabled\n")
+    assert unit_state.actions_for(crashed, enabled=True, started=True) == ["start"]
+    static = unit_state.unit_properties("LoadState=loaded\nActiveState=inactive\nUnitFileState=static\n")
+    assert unit_state.actions_for(static, enabled=True, started=False) == []  # static: started by another unit
+    running = unit_state.unit_properties("LoadState=loaded\nActiveState=active\nUnitFileState=enabled\n")
+    assert unit_state.actions_for(running, enabled=True, started=True) == []
+    missing = unit_state.unit_properties("LoadState=not-found\nActiveState=inactive\nUnitFileState=\n")
+    assert unit_state.actions_for(missing, enabled=True, started=True) == ["enable", "--now"]  # systemctl says why

@@ -243,8 +243,12 @@ def systemctl(root: Path, args: list[str]) -> int:
             state_name = _active_state(service)
             values = {"Id": f"{unit}.service", "LoadState": "loaded" if known_here else "not-found",
                       "ActiveState": state_name,
-                      "SubState": {"active": "running", "failed": "failed"}.get(state_name, "dead")}
-            for name in wanted or list(values):
+                      "SubState": {"active": "running", "failed": "failed"}.get(state_name, "dead"),
+                      "UnitFileState": ("enabled" if service.get("enabled") else "disabled") if service
+                      else "disabled" if known_here else ""}
+            # in systemd's order, not the asked one; a property it does not know prints empty
+            names = [name for name in values if not wanted or name in wanted] + [n for n in wanted if n not in values]
+            for name in names:
                 print(f"{name}={values.get(name, '')}")
         return 0
     elif command == "is-enabled":
@@ -253,9 +257,11 @@ def systemctl(root: Path, args: list[str]) -> int:
             print("enabled" if services.get(unit, {}).get("enabled") else
                   ("disabled" if unit in services else "not-found"))
         return 0 if enabled else 1
-    elif command in ("start", "restart"):
+    elif command in ("start", "restart") or (command == "enable" and "--now" in args):
         for unit in units:
             known(unit).update(active=True, failed=False, crashed=False)
+            if command == "enable":
+                known(unit)["enabled"] = True
             if unit in state.get("units_crash_after_start", []):  # a forking daemon that exits once started: the
                 known(unit).update(active=False, crashed=True)     # start succeeds, the unit ends up failed
         save_state(root, state)
@@ -269,12 +275,8 @@ def systemctl(root: Path, args: list[str]) -> int:
         for unit in units:
             known(unit)["enabled"] = command == "enable"
             if "--now" in args:
-                known(unit).update(active=command == "enable", failed=False)
+                known(unit)["active"] = False
         save_state(root, state)
-        if command == "enable" and "--now" in args:
-            for unit in units:
-                _run_unit(root, unit)
-            return _unit_failures(root, units, command)
         return 0
     else:
         not_simulated("systemctl", command)
