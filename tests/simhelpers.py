@@ -123,11 +123,19 @@ def provision(spec: Path) -> None:
 
 
 PROVISIONED_HOSTS = "sim[01-08]"
-#: Node faults no playbook touches, so the same struck before provisioning or after: an Xid is a line the kernel
-#: logs while the host runs, a disk fills while it runs; a perftest built without CUDA is a package as the site
-#: shipped it; what only DCGM's load finds (a memory mismatch, a power draw, PCIe replays) is the GPU's own.
-IN_SERVICE_NODE_FAULTS = {"perftest_without_cuda", "xid", "disk_full", "gpu_memory_mismatch", "gpu_power_low",
-                          "pcie_replays", "thermal_throttle_after", "symbol_errors_growing"}
+
+
+def strikes_in_service(kind: str) -> bool:
+    """Whether a fault is the same struck before provisioning or after: every node fault but those a playbook acts
+    on (their stage is provision: ACS left on, peermem, a driver or pin, a reboot, a GPU the play counts). The
+    others are the hardware's or the running system's own: a GPU's ECC, MIG or clocks, a link's width or rate, a
+    cable on the wrong port, a line the kernel logs, a disk that fills, a daemon that dies, a perftest as the site
+    built it, what only DCGM's load or a long soak finds. Struck after provisioning they are also what a real host
+    shows: the provisioning reboot clears a kernel ring and volatile counters."""
+    fault = CATALOG[kind]
+    return fault.layer != "node" or fault.stage != "provision"
+
+
 _provisioned: dict[str, Path] = {}  # a spec's shape -> the folder of a cluster of that shape provisioned this session
 
 
@@ -148,8 +156,7 @@ def _from_provisioned(spec: Path) -> bool:
     groups = data["nodes"]["groups"]
     faults = data.get("simulation", {}).get("faults", [])
     if len(groups) != 1 or not set(hostlist.expand(groups[0]["hosts"])) <= set(hostlist.expand(PROVISIONED_HOSTS)) \
-            or any(CATALOG[fault["kind"]].layer == "node" and fault["kind"] not in IN_SERVICE_NODE_FAULTS
-                   for fault in faults) or (spec.parent / ".provision").exists():
+            or not all(strikes_in_service(fault["kind"]) for fault in faults) or (spec.parent / ".provision").exists():
         return False
     shape = _shape(data)
     if shape not in _provisioned:
