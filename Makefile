@@ -46,9 +46,10 @@ test: install apt-packages lint bytecode
 	$(BIN)/pytest
 
 # Every test that starts no cluster, daemon, browser or process (tests/conftest.py marks the others slow): parsers,
-# judgements, replayed launches, the fabric model, the spec, the layering (< 30 s).
+# judgements, replayed launches, the fabric model, the spec, the layering (< 30 s). They are pure and single-threaded,
+# so two workers (pytest-xdist) halve them; the full suite is not spread (its clusters already use every core).
 test-fast: install bytecode
-	PROVISION_FUZZ_EXAMPLES=200 PROVISION_FUZZ_CASES=200 $(BIN)/pytest -m "not slow" -q
+	PROVISION_FUZZ_EXAMPLES=100 PROVISION_FUZZ_CASES=100 $(BIN)/pytest -m "not slow" -q -n 2
 
 # The long run of the spec fuzzers: 10,000 mutated files through validate, 20,000 hypothesis mutants.
 fuzz: install

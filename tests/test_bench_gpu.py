@@ -51,6 +51,7 @@ def test_verdict_against_the_catalog() -> None:
     assert not half["matmul_ok"] and "allreduce_ok" not in half
 
 
+@pytest.mark.slow  # the bench as a process (torch's import): the module's pure tests stay fast
 def test_without_cuda_it_says_so() -> None:
     done = subprocess.run([sys.executable, "-m", "bench.gpu", "--json"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, check=False)

@@ -65,7 +65,7 @@ def _mutate(data: Any, path: tuple, action: str, value: Any) -> Any:
     return data
 
 
-FUZZ_EXAMPLES = int(os.environ.get("PROVISION_FUZZ_EXAMPLES", "600"))  # make test-fast 200, make fuzz 20,000
+FUZZ_EXAMPLES = int(os.environ.get("PROVISION_FUZZ_EXAMPLES", "600"))  # make test-fast 100, make fuzz 20,000
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
