@@ -154,3 +154,12 @@ def test_a_run_that_printed_nothing_is_unknown() -> None:
     results = judge_run(_run("", 127, stderr="bash: line 1: dcgmi: command not found"), DiagExpectations(3, 8))
     assert [(result.check, result.outcome) for result in results] == [("dcgm", Outcome.UNKNOWN)]
     assert "command not found" in results[0].message
+
+
+def test_the_spec_s_timeout_bounds_the_diagnostic_else_its_level_does() -> None:
+    from provision.burnin.dcgm import TIMEOUT_S, timeout_of
+    from provision.spec.model import DcgmDiag
+
+    assert timeout_of(DcgmDiag(level=4)) == TIMEOUT_S[4] == 4 * 3600  # memtest and pulse: over an hour
+    assert timeout_of(DcgmDiag(level=2)) == TIMEOUT_S[2]
+    assert timeout_of(DcgmDiag(level=4, timeout_s=9000)) == 9000.0

@@ -171,3 +171,31 @@ def test_a_soak_too_short_for_the_declared_mtbf_is_a_located_error(tmp_path) -> 
         load_spec(path)
     assert sorted(str(issue).split(": ", 1)[1].split(":")[0] for issue in caught.value.issues) == [
         "admission.acceptance", "burnin.soak"]
+
+
+def test_the_spec_s_rates_and_polls_are_what_the_soak_judges_by(tmp_path) -> None:
+    """burnin.soak.ib_errors_per_hour overrides a counter's rate and keeps the others'; throttle_polls carries over;
+    the GPUs and ports are the node's profile."""
+    import yaml
+
+    from provision.burnin import soak as soak_stage
+    from provision.checks.soak import IB_COUNTERS
+    from provision.spec import load_spec
+    from tests.conftest import example_text
+
+    data = yaml.safe_load(example_text())
+    data["burnin"]["soak"].update(ib_errors_per_hour={"symbol_error": 200}, throttle_polls=5)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    loaded = load_spec(path)
+    node = loaded.nodes[0]
+    limits = soak_stage.limits(loaded, node, loaded.spec.burnin.soak)
+    assert limits.ib_errors_per_hour == {**IB_COUNTERS, "symbol_error": 200.0} and limits.throttle_polls == 5
+    profile = loaded.spec.hardware[node.hardware]
+    assert limits.gpus == profile.gpu.count and set(limits.ports) == set(profile.rails)
+    series = _healthy(gpus=limits.gpus, ports=limits.ports)
+    series[f"{limits.ports[0]}/symbol_error"] = [S(h * H, 3.0 + 120 * h) for h in range(6)]  # 120 an hour
+    judged = {result.check: result.outcome for result in judge(series, limits)}
+    assert judged["soak_ib_errors"] is Outcome.OK  # under the spec's 200/h; the default 10/h would fail it
+    assert {result.check: result.outcome for result in judge(series, SoakLimits(
+        gpus=limits.gpus, ports=limits.ports, hardware_xids=limits.hardware_xids))}["soak_ib_errors"] is Outcome.FAILED

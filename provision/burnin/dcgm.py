@@ -29,10 +29,15 @@ TIMEOUT_S = {1: 300, 2: 1200, 3: 3600, 4: 4 * 3600}
 ATTEMPTS = 2  # a connection lost under the diagnostic: once more, then unknown (ours)
 
 
+def timeout_of(diag: DcgmDiag) -> float:
+    """How long one node's diagnostic may run: the spec's ``burnin.dcgm.timeout_s``, else the level's own."""
+    return float(diag.timeout_s or TIMEOUT_S[diag.level])
+
+
 def run_dcgm_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, forks: int,
                    evidence_dir: Path) -> list[NodeVerdict]:
     diag = loaded.spec.burnin.dcgm or DcgmDiag()
-    timeout_s = float(diag.timeout_s or TIMEOUT_S[diag.level])
+    timeout_s = timeout_of(diag)
     evidence_dir.mkdir(parents=True, exist_ok=True)
 
     def one(node: ResolvedNode) -> NodeVerdict:
