@@ -80,6 +80,11 @@ def _guid(text: str) -> str:
     return f"0x{int(text, 16):016x}"
 
 
+def _unfinished(table: SwitchTable) -> LftError:
+    """A table that another header or the file's end interrupted before its count of lids."""
+    return LftError(f"the table of switch {table.guid} ends without its count of lids (cut short?)", table.line)
+
+
 def parse_lfts(text: str) -> ForwardingTables:
     """Either dump, detected by its header's description (``(desc)`` or ``('desc')``) and entries (``:`` or ``#``)."""
     tables = ForwardingTables()
@@ -91,8 +96,7 @@ def parse_lfts(text: str) -> ForwardingTables:
             continue
         if header := _HEADER.match(line):
             if current is not None:
-                raise LftError(f"the table of switch {current.guid} ends without its count of lids (cut short?)",
-                               current.line)
+                raise _unfinished(current)
             description = header.group(5)
             opensm = description.startswith("'") and description.endswith("'")
             tables.format = tables.format or ("opensm" if opensm else "infiniband-diags")
@@ -130,8 +134,7 @@ def parse_lfts(text: str) -> ForwardingTables:
             current.destinations[lid] = Destination(_KIND[resolved.group(1)], _guid(resolved.group(2)),
                                                     resolved.group(3))
     if current is not None:
-        raise LftError(f"the table of switch {current.guid} ends without its count of lids (cut short?)",
-                       current.line)
+        raise _unfinished(current)
     if not tables.switches:
         raise LftError("no switch's forwarding table in the file (not dump_fts, ibroute or OpenSM's LFT dump)", 1)
     return tables

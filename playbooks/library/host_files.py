@@ -142,11 +142,10 @@ def main() -> None:
             continue
         written.append(file.path)
         if now is None or now[0] != file.content:
-            diffs.append({"before_header": file.path, "after_header": file.path,
-                          "before": _text(now[0] if now else None), "after": _text(file.content)})
-        else:
-            diffs.append({"before_header": file.path, "after_header": file.path,
-                          "before": f"mode {now[1]:04o}\n", "after": f"mode {file.mode:04o}\n"})
+            before, after = _text(now[0] if now else None), _text(file.content)
+        else:  # the same content: only the mode differs
+            before, after = f"mode {now[1]:04o}\n", f"mode {file.mode:04o}\n"
+        diffs.append({"before_header": file.path, "after_header": file.path, "before": before, "after": after})
         if not module.check_mode:
             try:
                 write(target, file.content, file.mode)

@@ -236,9 +236,8 @@ def _install(faults: list[dict]) -> None:
 
 
 def _keep_zipped_bytecode(root: str) -> None:
-    import _imp
-    import hashlib
-    import marshal
+    """Installed at every start of the node's Python (agents, probes, node-check): only the hook is set here;
+    what it needs is imported when a zip's module is first compiled, by Ansible's modules alone."""
     import zipimport
 
     tag = f"{sys.implementation.cache_tag}-O{sys.flags.optimize}"
@@ -248,6 +247,10 @@ def _keep_zipped_bytecode(root: str) -> None:
         return
 
     def compiled(pathname: str, source: bytes):  # type: ignore[no-untyped-def]
+        import _imp
+        import hashlib
+        import marshal
+
         path = os.path.join(directory, hashlib.blake2b(source, digest_size=20).hexdigest())
         try:
             with open(path, "rb") as handle:
