@@ -158,7 +158,8 @@ class ProvisionPhase:
             with jump_master(connection_model(loaded)):
                 result = ansible.run_playbook(path, hosts, check=True, forks=forks,
                                               extravars={"node_check_dir": str(checks),
-                                                         **runtime_wheel(loaded, Path(scratch) / "runtime")})
+                                                         **runtime_wheel(loaded, Path(scratch) / "runtime"),
+                                                         **_secrets_for(loaded, [self])})  # check mode sudoes too
         changes = {host: outcome.changes for host, outcome in result.hosts.items() if outcome.changes}
         failures = {host: f"{outcome.failed_task}: {outcome.message}" for host, outcome in result.hosts.items()
                     if not outcome.succeeded}

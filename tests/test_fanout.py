@@ -84,6 +84,11 @@ def test_a_play_reaches_every_host_through_one_bastion_login(fleet) -> None:
         assert not row.get("unreachable"), row
         assert OTHER_KERNEL in json.dumps(row), row  # refused by its own kernel, not lost on the way
     assert servers.logins("bastion") - before == 1, "one master connection to the bastion for the play"
+    # plan's check-mode play sudoes with the same password: each host refused by its kernel, none for want of it
+    planned = run_cli("plan", str(pinned), "--state-dir", str(state), "--phases", "provision", "--limit",
+                      "sim[01-02]", timeout=300, env=BECOME)
+    assert "sudo password" not in planned.stdout + planned.stderr, planned.stdout + planned.stderr
+    assert planned.stdout.count(OTHER_KERNEL) >= 2, planned.stdout + planned.stderr
 
 
 def test_a_campaign_measures_every_host_through_one_bastion_login(fleet) -> None:
