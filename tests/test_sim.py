@@ -600,7 +600,33 @@ def observe_symbol_errors_growing(host: SimHost) -> None:
     assert int(other.read_text()) == 0
 
 
+def observe_clock_sag(host: SimHost) -> None:
+    """A worker computing on GPUs 3 and 4 (its marker names this live process): both clock at the H100's 1980 MHz
+    under load, idle ones at 345 with the idle bit; once the hours have run, GPU 3 clocks at 0.8 of that and the
+    driver names no reason for it."""
+    import os
+
+    _install_driver(host)
+    busy = host.root / "var/lib/provision-sim/busy"
+    busy.mkdir(parents=True, exist_ok=True)
+    for gpu, pid in ((3, os.getpid()), (4, os.getppid())):
+        (busy / str(pid)).write_text(str(gpu))
+    (busy / "999999999").write_text("5")  # a worker long gone: its GPU is idle again
+    fields = "index,clocks_event_reasons.active,clocks.sm,power.draw"
+    rows = {row["index"]: row for row in _gpu_rows(host, fields)}
+    assert (rows["3"]["clocks.sm"], rows["4"]["clocks.sm"], rows["5"]["clocks.sm"]) == ("1980", "1980", "345"), rows
+    assert rows["3"]["clocks_event_reasons.active"] == "0x0000000000000000" and rows["5"][
+        "clocks_event_reasons.active"] == "0x0000000000000001"
+    _clock(host, 3.6e9)
+    rows = {row["index"]: row for row in _gpu_rows(host, fields)}
+    assert (rows["3"]["clocks.sm"], rows["4"]["clocks.sm"]) == ("1584", "1980"), rows
+    assert rows["3"]["clocks_event_reasons.active"] == "0x0000000000000000"  # nothing named
+    assert float(rows["3"]["power.draw"]) < float(rows["4"]["power.draw"])
+    assert not (busy / "999999999").exists(), "a marker whose worker ended is cleared"
+
+
 NODE_FAULTS = {
+    "clock_sag": ({"target": "gpu3", "params": {"after_h": 50, "factor": 0.8}}, observe_clock_sag),
     "thermal_throttle_after": ({"target": "gpu5", "params": {"after_h": 50}}, observe_thermal_throttle_after),
     "symbol_errors_growing": ({"target": "mlx5_4"}, observe_symbol_errors_growing),
     "gpu_memory_mismatch": ({"target": "gpu1"}, observe_gpu_memory_mismatch),

@@ -338,11 +338,14 @@ def gpu_fields(accepted: list[str] | None) -> list[str]:
     """:data:`GPU_FIELDS` as this driver names them (``accepted`` from :func:`parse_help_query`; None when the
     probe failed: the newest names, and a driver that refuses one makes the GPU checks unknown, never ok). The
     order is kept, so the rows parse under :data:`GPU_FIELDS`'s names whichever alias was asked for."""
+    return _as_named(GPU_FIELDS, accepted)
+
+
+def _as_named(fields: list[str], accepted: list[str] | None) -> list[str]:
     if accepted is None:
-        return list(GPU_FIELDS)
+        return list(fields)
     known = set(accepted)
-    return [next((name for name in FIELD_ALIASES.get(field, (field,)) if name in known), field)
-            for field in GPU_FIELDS]
+    return [next((name for name in FIELD_ALIASES.get(field, (field,)) if name in known), field) for field in fields]
 
 
 def gpus_command(accepted: list[str] | None) -> fact.Fact[list[Gpu]]:
@@ -352,10 +355,53 @@ def gpus_command(accepted: list[str] | None) -> fact.Fact[list[Gpu]]:
                         parse_gpus)
 
 
+#: What the soak polls from each GPU under load (one CSV row per GPU, in this order): the clock-event reasons and
+#: temperature behind its throttle trend, the uncorrectable count behind its memory trend, and the SM clock (with its
+#: maximum) and board power beside them, so a clock that sags with no reason the driver names is seen too.
+TELEMETRY_FIELDS = ["index", "pci.bus_id", "clocks_event_reasons.active", "temperature.gpu",
+                    "ecc.errors.uncorrected.volatile.total", "clocks.sm", "clocks.max.sm", "power.draw",
+                    "power.limit"]
+
+
+@dataclass(frozen=True)
+class GpuTelemetry:
+    """One GPU's row of the soak's query (:data:`TELEMETRY_FIELDS`), each value as nvidia-smi printed it with
+    ``nounits`` (``[N/A]`` where the board does not report one: a power reading on some boards)."""
+
+    index: str
+    bus_id: str
+    clocks_event_reasons: str
+    temperature_c: str
+    ecc_uncorrected_volatile: str
+    sm_clock_mhz: str
+    max_sm_clock_mhz: str
+    power_draw_w: str
+    power_limit_w: str
+
+
+TELEMETRY_COLUMNS = dict(zip(TELEMETRY_FIELDS, (column.name for column in dataclasses.fields(GpuTelemetry)),
+                             strict=True))
+
+
+def parse_telemetry(text: str) -> list[GpuTelemetry]:
+    """The soak's GPU query (``--format=csv,noheader,nounits``), a :class:`GpuTelemetry` per row."""
+    return [GpuTelemetry(**{TELEMETRY_COLUMNS[name]: value for name, value in row.items()})
+            for row in parse_gpu_rows(text, TELEMETRY_FIELDS, "pci.bus_id")]
+
+
+def telemetry_command(accepted: list[str] | None) -> fact.Fact[list[GpuTelemetry]]:
+    """The soak's GPU query in the field names this driver accepts (as :func:`gpus_command`)."""
+    fields = _as_named(TELEMETRY_FIELDS, accepted)
+    return fact.command("gpu_telemetry", ["nvidia-smi", f"--query-gpu={','.join(fields)}",
+                                          "--format=csv,noheader,nounits"], parse_telemetry)
+
+
 #: Which ``--query-gpu`` fields this driver knows: read once per node before the GPU query is built.
 GPU_QUERY_FIELDS = fact.command("gpu_query_fields", ["nvidia-smi", "--help-query-gpu"], parse_help_query)
 #: The GPU query with the newest field names (what preflight asks when the driver lists none).
 GPUS = gpus_command(None)
+#: The soak's GPU query with the newest field names.
+TELEMETRY = telemetry_command(None)
 REMAPPED_ROWS = fact.command("remapped_rows", ["nvidia-smi", f"--query-remapped-rows={','.join(REMAP_FIELDS)}",
                                                "--format=csv,noheader"], parse_remapped_rows)
 RETIRED_PAGES = fact.command("retired_pages", ["nvidia-smi", "-q", "-d", "PAGE_RETIREMENT"], parse_query_report)

@@ -213,6 +213,16 @@ def thermal_throttle_after(node: NodeContext, params: dict[str, Any], target: st
     schedule(node.root)
 
 
+def clock_sag(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """Healthy until the simulated clock has run ``after_h`` hours: then the GPU clocks at ``factor`` under load, and
+    nothing names why. nvidia-smi reports the sagged clock while a worker computes on it; the rank shim slows that
+    worker's matmul alike, from the same moment."""
+    gpu = node.gpu(target)
+    sag = {"since": time.time(), "after_h": params["after_h"], "factor": params["factor"]}
+    gpu["clock_sag"] = sag
+    node.state.setdefault("rank_faults", []).append({"kind": "clock_sag", "local_rank": gpu["index"], **sag})
+
+
 def symbol_errors_growing(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     """The HCA port's symbol errors grow by ``per_hour`` on the simulated clock (a marginal cable or transceiver)."""
     name = target or node.hardware.hcas[0].name
@@ -289,4 +299,5 @@ INJECTORS: dict[str, Injector] = {
     "unknown_kernel_log_line": unknown_kernel_log_line, "disk_full": disk_full,
     "gpu_memory_mismatch": gpu_memory_mismatch, "gpu_power_low": gpu_power_low, "pcie_replays": pcie_replays,
     "thermal_throttle_after": thermal_throttle_after, "symbol_errors_growing": symbol_errors_growing,
+    "clock_sag": clock_sag,
 }

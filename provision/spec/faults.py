@@ -164,6 +164,11 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               "healthy in every short test, the GPU throttles thermally once it has run after_h hours (a fan that "
               "fails, paste that dries); the soak's throttle trend fails it",
               {"after_h": Param(float, 2.0, 0.0, 2000.0), "temperature_c": Param(int, 92, 60, 120)}),
+    FaultKind("clock_sag", "node", _GPU, "soak", "soak_clocks",
+              "healthy in every short test, the GPU's SM clock under load sags to factor of its node-mates' once it "
+              "has run after_h hours, with no clock-event reason the driver names (a voltage regulator, firmware); "
+              "its matmul slows alike; the soak's clock trend fails it",
+              {"after_h": Param(float, 2.0, 0.0, 2000.0), "factor": Param(float, 0.8, 0.1, 0.95)}),
     FaultKind("symbol_errors_growing", "node", _HCA, "soak", "soak_ib_errors",
               "the HCA port's symbol errors grow by per_hour (a marginal cable or transceiver): a few in any "
               "short test; the soak's counter trend fails the node",

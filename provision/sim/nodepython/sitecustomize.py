@@ -88,11 +88,46 @@ def _test() -> str:
     return argv[argv.index("--test") + 1] if "--test" in argv[:-1] else ""
 
 
-def _install(faults: list[dict]) -> None:
+def _mark_busy(root: str) -> None:
+    """A worker that computes marks its GPU busy (``var/lib/provision-sim/busy/<pid>``: its local rank), as NVML
+    sees a context on the device: the node's nvidia-smi then reports that GPU's clocks and power under load, and
+    idle again once the process is gone. Marked at the worker's first matmul, in the worker itself (the agent
+    forks its workers after this runs)."""
+    import torch
+
+    real_matmul = torch.matmul
+    marked = {"pid": 0}
+
+    def matmul(*args, **kwargs):
+        if marked["pid"] != os.getpid() and os.environ.get("LOCAL_RANK") is not None:
+            marked["pid"] = os.getpid()
+            directory = os.path.join(root, "var/lib/provision-sim/busy")
+            try:
+                os.makedirs(directory, exist_ok=True)
+                with open(os.path.join(directory, str(os.getpid())), "w", encoding="utf-8") as handle:
+                    handle.write(os.environ["LOCAL_RANK"])
+            except OSError:  # a read-only root: the GPU reads idle, as before
+                pass
+        return real_matmul(*args, **kwargs)
+
+    torch.matmul = matmul
+
+
+def _always() -> bool:
+    return True
+
+
+def _sagged(fault: dict, time_scale: float) -> bool:
+    return (time.time() - fault["since"]) * time_scale / 3600 >= fault["after_h"]
+
+
+def _install(faults: list[dict], time_scale: float = 1.0) -> None:
     import torch
     import torch.distributed as dist
 
     slow = [fault for fault in faults if fault["kind"] == "slow_gpu"]
+    slow += [{**fault, "kind": "slow_gpu", "struck": lambda fault=fault: _sagged(fault, time_scale)}
+             for fault in faults if fault["kind"] == "clock_sag"]
     corrupt = [fault for fault in faults if fault["kind"] == "rank_wrong_result"]
     if slow or corrupt:
         real_matmul = torch.matmul
@@ -101,8 +136,10 @@ def _install(faults: list[dict]) -> None:
             started = time.thread_time()
             result = real_matmul(*args, **kwargs)
             for fault in slow:
-                if _mine(fault):  # a device computing at `factor` of its peers' speed: it works longer, by the
-                    # clock the node test times CPU workers with (their own thread's CPU time; one thread each)
+                if _mine(fault) and fault.get("struck", _always)():
+                    # a device computing at `factor` of its peers' speed (a sagged clock: once it has sagged): it
+                    # works longer, by the clock the node test times CPU workers with (their own thread's CPU
+                    # time; one thread each)
                     until = time.thread_time() + (time.thread_time() - started) * (1 / fault["factor"] - 1)
                     while time.thread_time() < until:
                         pass
@@ -277,7 +314,9 @@ if os.environ.get("PROVISION_SIM_ROOT"):
 # only in a test's processes (the agent and its forked workers, started with --test): every other Python on the
 # host (the pair tests' helper, the runtime probe) is spared torch's import
 _state = _node_state() if _test() else {}
+if _state:
+    _mark_busy(os.environ["PROVISION_SIM_ROOT"])
 if _state.get("rank_faults"):
-    _install(list(_state["rank_faults"]))
+    _install(list(_state["rank_faults"]), float(_state.get("time_scale", 1.0)))
 if _state.get("collective_semantics") == "nccl" and _test() == "collectives":  # outermost: a fault's delay is
     _install_nccl_semantics()  # spent where completion blocks

@@ -39,6 +39,16 @@ THROTTLE_BITS = {"gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x
                  "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake": 0x80}
 #: The simulated GPUs' default application (graphics) clock.
 DEFAULT_APPLICATION_MHZ = 1980
+#: Per model: the SM clock's maximum (MHz) and the board's power limit (W), as NVIDIA's datasheets give them, and
+#: what an idle board shows (the H100's 345 MHz, ~70 W).
+CLOCK_AND_POWER = {"H100-SXM-80GB": (1980, 700.0), "H200-SXM-141GB": (1980, 700.0), "A100-SXM4-80GB": (1410, 400.0),
+                   "B200-SXM-180GB": (1965, 1000.0)}
+IDLE_MHZ, IDLE_W = 345, 71.3
+#: Where a test's worker marks the GPU it computes on (``<pid>`` holding its local rank): the GPU is busy while that
+#: process lives, as NVML sees a context on it.
+BUSY = "var/lib/provision-sim/busy"
+#: What a thermally slowed GPU clocks at under load.
+THROTTLED_MHZ = 1410
 #: The driver branch whose nvidia-smi names clock event reasons (the throttle names stay as aliases).
 EVENT_NAMES_FROM = 535
 SECTIONS = {"MEMORY", "UTILIZATION", "ECC", "TEMPERATURE", "POWER", "CLOCK", "COMPUTE", "PIDS", "PERFORMANCE",
@@ -63,6 +73,50 @@ class Smi:
         self.model = GPU_MODELS[self.state["gpu_model"]]
         devices = self.root / "sys" / "bus" / "pci" / "devices"
         self.gpus = [gpu for gpu in self.state["gpus"] if (devices / gpu["bdf"] / "config").exists()]
+        self.busy = self._busy_indices()
+
+    def _busy_indices(self) -> set[int]:
+        """The GPUs a live test worker computes on (a marker whose process has ended is left over: not busy)."""
+        busy: set[int] = set()
+        try:
+            markers = list((self.root / BUSY).iterdir())
+        except OSError:
+            return busy
+        for marker in markers:
+            if not marker.name.isdigit():
+                continue
+            try:
+                os.kill(int(marker.name), 0)
+            except ProcessLookupError:
+                marker.unlink(missing_ok=True)  # its worker has ended
+                continue
+            except PermissionError:  # another user's live process
+                pass
+            try:
+                busy.add(int(marker.read_text().strip()))
+            except (OSError, ValueError):
+                continue
+        return busy
+
+    def active_reasons(self, gpu: dict[str, Any]) -> set[str]:
+        """The clock-event reasons in force: the state's, else idle unless a worker computes on the GPU."""
+        return set(gpu["throttle_reasons"]) or (set() if gpu["index"] in self.busy else {"gpu_idle"})
+
+    def sm_clock_and_power(self, gpu: dict[str, Any]) -> tuple[int, float]:
+        """The SM clock (MHz) and board power (W) now: idle figures unless a worker computes on the GPU; under load
+        the application clock, a thermal slowdown's clock, or a sagged clock (the ``clock_sag`` fault, which the
+        driver names no reason for), and power with the clock, up to what the board can draw."""
+        top, limit = CLOCK_AND_POWER.get(self.model.name, (DEFAULT_APPLICATION_MHZ, 700.0))
+        if gpu["index"] not in self.busy and not gpu["throttle_reasons"]:
+            return IDLE_MHZ, IDLE_W
+        mhz = int(gpu.get("application_clock_mhz", top))
+        if {"hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake"} & set(gpu["throttle_reasons"]):
+            mhz = min(mhz, THROTTLED_MHZ)
+        sag = gpu.get("clock_sag")
+        if sag and hours_since(self.state, sag["since"]) >= sag["after_h"]:
+            mhz = int(mhz * sag["factor"])
+        watts = min(limit * 0.985 * mhz / top, float(gpu.get("max_power_under_load_w", limit)))
+        return mhz, round(watts, 2)
 
     def link(self, gpu: dict[str, Any]) -> tuple[int, int, int, int]:
         space = (self.root / "sys/bus/pci/devices" / gpu["bdf"] / "config").read_bytes()
@@ -119,7 +173,7 @@ class Smi:
                 _kv(4, "Max", f"{max_width}x"), _kv(4, "Current", f"{width}x"),
             ]
         if everything or "PERFORMANCE" in sections:
-            active = set(gpu["throttle_reasons"]) or {"gpu_idle"}
+            active = self.active_reasons(gpu)
             lines += [_kv(1, "Performance State", "P0"), "    Clocks Event Reasons"]
             for label, _field, key in THROTTLE_REASONS:
                 depth = 3 if key in ("hw_thermal_slowdown", "hw_power_brake") else 2
@@ -153,8 +207,10 @@ class Smi:
     def gpu_field(self, gpu: dict[str, Any], field: str) -> tuple[str, str]:
         """(value, unit) of one ``--query-gpu`` field."""
         max_gen, max_width, gen, width = self.link(gpu)
-        active = set(gpu["throttle_reasons"]) or {"gpu_idle"}
+        active = self.active_reasons(gpu)
         mask = sum(THROTTLE_BITS[name] for name in active)
+        mhz, watts = self.sm_clock_and_power(gpu)
+        top, limit = CLOCK_AND_POWER.get(self.model.name, (DEFAULT_APPLICATION_MHZ, 700.0))
         values: dict[str, tuple[str, str]] = {
             "index": (str(gpu["index"]), ""), "uuid": (gpu["uuid"], ""), "serial": (gpu["serial"], ""),
             "name": (self.name(), ""), "pci.bus_id": (self.bus_id(gpu), ""), "driver_version": (self.driver, ""),
@@ -170,6 +226,9 @@ class Smi:
             "mig.mode.current": (gpu.get("mig_mode", "Disabled"), ""),
             "clocks.applications.graphics": (str(gpu.get("application_clock_mhz", DEFAULT_APPLICATION_MHZ)), " MHz"),
             "clocks.default_applications.graphics": (str(DEFAULT_APPLICATION_MHZ), " MHz"),
+            "clocks.sm": (str(mhz), " MHz"), "clocks.current.sm": (str(mhz), " MHz"),
+            "clocks.max.sm": (str(top), " MHz"), "power.draw": (f"{watts:.2f}", " W"),
+            "power.limit": (f"{limit:.2f}", " W"),
         }
         for _label, suffix, key in THROTTLE_REASONS:
             values[f"clocks_throttle_reasons.{suffix}"] = ("Active" if key in active else "Not Active", "")
@@ -193,6 +252,8 @@ class Smi:
                 continue
             if name.startswith("clocks_throttle_reasons.") and self.branch >= EVENT_NAMES_FROM:
                 shown = f'"{name.replace("clocks_throttle_reasons.", "clocks_event_reasons.")}" or "{name}"'
+            elif name == "clocks.sm":
+                shown = '"clocks.current.sm" or "clocks.sm"'
             else:
                 shown = f'"{name}"'
             print(f"{shown}\nThe simulated value of {name}.\n")
@@ -203,7 +264,7 @@ class Smi:
                   "ecc.errors.corrected.volatile.total", "memory.total", "pcie.link.gen.current", "pcie.link.gen.max",
                   "pcie.link.width.current", "pcie.link.width.max", "persistence_mode",
                   "clocks_throttle_reasons.active", "mig.mode.current", "clocks.applications.graphics",
-                  "clocks.default_applications.graphics"]
+                  "clocks.default_applications.graphics", "clocks.sm", "clocks.max.sm", "power.draw", "power.limit"]
         return values + [f"clocks_throttle_reasons.{suffix}" for _label, suffix, _key in THROTTLE_REASONS]
 
     def query_gpu(self, fields: list[str], options: set[str], index: str | None) -> None:
