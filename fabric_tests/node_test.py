@@ -46,7 +46,7 @@ def _time_matmul(device: torch.device, a: torch.Tensor, b: torch.Tensor, iters: 
     return best
 
 
-def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int) -> dict:
+def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int, hold_s: float = 0.0) -> dict:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -66,6 +66,13 @@ def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int) -
             torch.matmul(a, b)
         by_shape[size] = 2 * size**3 * iters / _time_matmul(device, a, b, iters, repeats) / 1e12
     best_n = max(by_shape, key=lambda size: by_shape[size])
+    if hold_s > 0:  # a soak's round: the GPU kept under matmul at its best shape for the time asked
+        a = torch.randn(best_n, best_n, generator=generator).to(device=device, dtype=dtype)
+        b = torch.randn(best_n, best_n, generator=generator).to(device=device, dtype=dtype)
+        until = time.monotonic() + hold_s
+        while time.monotonic() < until:
+            held = 2 * best_n**3 * iters / _time_matmul(device, a, b, iters, 1) / 1e12
+            by_shape[best_n] = max(by_shape[best_n], held)
     return {"tflops": by_shape[best_n], "digest": digest, "dtype": str(dtype).removeprefix("torch."),
             "shapes": shapes, "best_n": best_n, "tflops_by_n": {str(size): value for size, value in by_shape.items()},
             "tf32": bool(device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)}
@@ -103,7 +110,8 @@ def _allreduce(device: torch.device, context: dict, nbytes: int, iters: int) -> 
 def run(context: dict) -> dict:
     params = context["params"]
     device = device_for(context["local_rank"])
-    matmul = _matmul(device, params["matmul_n"], params["matmul_iters"], params["repeats"], params["seed"])
+    matmul = _matmul(device, params["matmul_n"], params["matmul_iters"], params["repeats"], params["seed"],
+                     float(params.get("hold_s", 0.0)))
     memory = _memory_bandwidth(device, params["memory_bytes"], params["repeats"])
     busbw, correct = 0.0, True
     if context["nproc"] > 1:

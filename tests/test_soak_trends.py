@@ -184,13 +184,15 @@ def test_the_spec_s_rates_and_polls_are_what_the_soak_judges_by(tmp_path) -> Non
     from tests.conftest import example_text
 
     data = yaml.safe_load(example_text())
-    data["burnin"]["soak"].update(ib_errors_per_hour={"symbol_error": 200}, throttle_polls=5)
+    data["burnin"]["soak"].update(ib_errors_per_hour={"symbol_error": 200}, throttle_polls=5,
+                                  clock_drift_fraction=0.25, throughput_drift_fraction=0.3)
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     loaded = load_spec(path)
     node = loaded.nodes[0]
     limits = soak_stage.limits(loaded, node, loaded.spec.burnin.soak)
     assert limits.ib_errors_per_hour == {**IB_COUNTERS, "symbol_error": 200.0} and limits.throttle_polls == 5
+    assert (limits.clock_drift_fraction, limits.throughput_drift_fraction) == (0.25, 0.3)
     profile = loaded.spec.hardware[node.hardware]
     assert limits.gpus == profile.gpu.count and set(limits.ports) == set(profile.rails)
     series = _healthy(gpus=limits.gpus, ports=limits.ports)
@@ -199,3 +201,86 @@ def test_the_spec_s_rates_and_polls_are_what_the_soak_judges_by(tmp_path) -> Non
     assert judged["soak_ib_errors"] is Outcome.OK  # under the spec's 200/h; the default 10/h would fail it
     assert {result.check: result.outcome for result in judge(series, SoakLimits(
         gpus=limits.gpus, ports=limits.ports, hardware_xids=limits.hardware_xids))}["soak_ib_errors"] is Outcome.FAILED
+
+
+def _four_busy_gpus(hours: int, clocks: dict[int, list[float]] | None = None) -> dict[str, list[S]]:
+    """Four GPUs under load at the H100 SXM's 1980 MHz (nvidia-smi's clocks.sm; an idle one reads 345 MHz with
+    the idle bit set), with the given clocks instead where named."""
+    series = _healthy(hours=hours, gpus=4)
+    for gpu in range(4):
+        series[f"gpu{gpu}/sm_clock_mhz"] = [S(h * H, (clocks or {}).get(gpu, [1980.0] * hours)[h])
+                                            for h in range(hours)]
+        series[f"gpu{gpu}/power_w"] = [S(h * H, 698.4) for h in range(hours)]
+    return series
+
+
+def _limits(**overrides: object) -> SoakLimits:
+    return SoakLimits(gpus=4, ports=("mlx5_0",), hardware_xids=frozenset({48, 79}), **overrides)  # type: ignore[arg-type]
+
+
+def test_a_clock_that_sags_under_load_with_no_reason_fails_with_its_gpu_and_span() -> None:
+    sagging = [1980.0, 1980.0, 1980.0, 1584.0, 1584.0, 1590.0, 1584.0, 1584.0]  # 0.8 of its mates from 3 h
+    judged = {r.check: r for r in judge(_four_busy_gpus(8, {2: sagging}), _limits())}
+    assert judged["soak_clocks"].outcome is Outcome.FAILED
+    assert judged["soak_clocks"].message == (
+        "gpu2: SM clock 1584 MHz under load against its node-mates' 1980 MHz, with no clock-event reason, for 5 "
+        "consecutive busy poll(s), polls at 3.00 h to 7.00 h")
+    assert judged["soak_throttle"].outcome is Outcome.OK  # the driver named nothing: only the clock shows it
+    brief = {r.check: r for r in judge(_four_busy_gpus(8, {2: sagging}), _limits(throttle_polls=6))}
+    assert brief["soak_clocks"].outcome is Outcome.WARNING
+    wider = {r.check: r for r in judge(_four_busy_gpus(8, {2: sagging}), _limits(clock_drift_fraction=0.25))}
+    assert wider["soak_clocks"].outcome is Outcome.OK
+
+
+def test_idle_polls_a_shared_power_cap_and_a_named_slowdown_are_not_a_sag() -> None:
+    """Between rounds of load the GPUs idle at 345 MHz (idle bit set); a node-wide power cap lowers every clock
+    together (SW power cap set); a GPU slowed thermally is soak_throttle's. None of them is soak_clocks'."""
+    import random
+
+    chance = random.Random(11)
+    series = _four_busy_gpus(24)
+    for gpu in range(4):
+        readings = []
+        for h in range(24):
+            if h % 5 == 4:  # between two rounds
+                readings.append((345.0, float(IDLE)))
+            elif h % 3 == 0:  # the node at its power limit
+                readings.append((1980.0 * chance.uniform(0.86, 0.9), float(POWER_CAP)))
+            else:
+                readings.append((1980.0 * chance.uniform(0.95, 1.0), 0.0))
+        if gpu == 1:  # one GPU idles a poll early (its worker finished first)
+            readings[8] = (345.0, float(IDLE))
+        series[f"gpu{gpu}/sm_clock_mhz"] = [S(h * H, mhz) for h, (mhz, _) in enumerate(readings)]
+        series[f"gpu{gpu}/clocks_event_reasons"] = [S(h * H, bits) for h, (_, bits) in enumerate(readings)]
+    judged = {r.check: r for r in judge(series, _limits())}
+    assert judged["soak_clocks"].outcome is Outcome.OK, judged["soak_clocks"]
+
+
+def _rounds(per_gpu: dict[int, list[float]], rounds: int) -> dict[str, list[S]]:
+    series = _four_busy_gpus(rounds)
+    for gpu in range(4):
+        series[f"gpu{gpu}/tflops"] = [S((h + 0.5) * H, per_gpu.get(gpu, [0.5] * rounds)[h]) for h in range(rounds)]
+    return series
+
+
+def test_a_gpu_that_falls_behind_its_node_mates_over_the_rounds_fails() -> None:
+    """The simulator's CPU workers: ~0.5 TFLOPS each, the machine's pace moving all of them alike from round to
+    round (0.42-0.55); GPU 3 keeps pace for four rounds, then runs at 0.8 of its mates."""
+    pace = [0.50, 0.55, 0.42, 0.48, 0.53, 0.44, 0.51, 0.47, 0.52]
+    healthy = {gpu: [p * (1 + 0.02 * ((gpu + h) % 3 - 1)) for h, p in enumerate(pace)] for gpu in range(4)}
+    judged = {r.check: r for r in judge(_rounds(healthy, 9), _limits())}
+    assert judged["soak_throughput"].outcome is Outcome.OK, judged["soak_throughput"]
+    assert judged["soak_throughput"].message.startswith("9 rounds of load")
+    slowing = {**healthy, 3: [p * (1.0 if h < 4 else 0.8) for h, p in enumerate(pace)]}
+    judged = {r.check: r for r in judge(_rounds(slowing, 9), _limits())}
+    assert judged["soak_throughput"].outcome is Outcome.FAILED
+    assert {r.check: r for r in judge(_rounds(slowing, 9), _limits(throughput_drift_fraction=0.3))}[
+        "soak_throughput"].outcome is Outcome.OK
+    assert judged["soak_throughput"].message.startswith("gpu3: matmul at 1.00 of its node-mates' in the first 3 "
+                                                        "round(s), 0.81 in the last 3"), judged["soak_throughput"]
+
+
+def test_two_rounds_are_too_few_for_a_throughput_trend() -> None:
+    judged = {r.check: r for r in judge(_rounds({3: [0.5, 0.2]}, 2), _limits())}
+    assert judged["soak_throughput"].outcome is Outcome.OK
+    assert "too few for a trend" in judged["soak_throughput"].message

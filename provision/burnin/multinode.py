@@ -82,7 +82,8 @@ def judge_node(run: NodeRun, gpus: int, limits: dict[str, float]) -> list[CheckR
 
 
 def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
-                  evidence_dir: Path, batch: int, launcher: Launcher) -> dict[str, list[CheckResult]]:
+                  evidence_dir: Path, batch: int, launcher: Launcher,
+                  hold_s: float = 0.0) -> dict[str, list[CheckResult]]:
     checks = {}
     records: list[dict[str, Any]] = []
     by_count: dict[int, list[ResolvedNode]] = {}
@@ -91,8 +92,9 @@ def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path
     for gpus, alike in by_count.items():
         for start in range(0, len(alike), batch):
             chunk = alike[start:start + batch]
-            result = launcher(loaded, state_dir, chunk, test="node", nproc=gpus, params=node_params(loaded, seed),
-                            deadline_s=NODE_DEADLINE_S, separate=True)
+            params = {**node_params(loaded, seed), **({"hold_s": hold_s} if hold_s > 0 else {})}
+            result = launcher(loaded, state_dir, chunk, test="node", nproc=gpus, params=params,
+                              deadline_s=NODE_DEADLINE_S + hold_s, separate=True)
             keep_logs(result, evidence_dir)
             for node, run in zip(chunk, result.nodes, strict=True):
                 checks[node.name] = judge_node(run, gpus, stage_limits(loaded, node))
@@ -105,12 +107,14 @@ def _node_batches(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path
 
 
 def run_node_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int,
-                   evidence_dir: Path, launcher: Launcher = launch) -> list[NodeVerdict]:
-    """All nodes, ``connection.forks`` at a time; a node that is slow on matmul, or whose test did not finish
-    (workers that never met at rendezvous, or stopped), is run again, alone, before it fails: a slow or hung GPU
-    is so every time, a busy machine is not."""
+                   evidence_dir: Path, launcher: Launcher = launch, hold_s: float = 0.0,
+                   batch: int | None = None) -> list[NodeVerdict]:
+    """All nodes, ``connection.forks`` at a time (or ``batch``); a node that is slow on matmul, or whose test did not
+    finish (workers that never met at rendezvous, or stopped), is run again, alone, before it fails: a slow or hung
+    GPU is so every time, a busy machine is not. ``hold_s``: each GPU is kept under matmul that long (a soak's
+    round, every node at once; the repeat does not hold)."""
     checks = _node_batches(loaded, nodes, state_dir, seed=seed, evidence_dir=evidence_dir,
-                           batch=max(1, loaded.spec.connection.forks), launcher=launcher)
+                           batch=max(1, batch or loaded.spec.connection.forks), launcher=launcher, hold_s=hold_s)
     confirm = {"matmul", "node_test"}
     again_nodes = [node for node in nodes if (failed := {result.check for result in checks[node.name]
                                                          if result.outcome is Outcome.FAILED}) and failed <= confirm]

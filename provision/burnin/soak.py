@@ -2,8 +2,9 @@
 
 The load is the node stage itself (matmul at its best shape, memory copies, the node's collectives), run in rounds
 back to back on every node still in the soak; a round a node fails fails its soak with that round's check
-(``soak_load``). Meanwhile the controller polls each node every ``poll_interval_s``: each GPU's clock-event
-reasons, temperature and uncorrectable ECC count, each rail HCA's error counters; and, at most once a minute of the
+(``soak_load``), and each round's matmul throughput per GPU is kept as a series (``gpu<i>/tflops``). Meanwhile the
+controller polls each node every ``poll_interval_s``: each GPU's clock-event reasons, temperature, uncorrectable
+ECC count, SM clock and board power, each rail HCA's error counters; and, at most once a minute of the
 soak's clock, the pending row remaps and the Xids in the kernel log. Every value goes to the state store as a time
 series (``soak_samples``), and the trends are judged on the whole series when the time is up
 (:mod:`provision.checks.soak`).
@@ -15,6 +16,7 @@ simulator the clock runs ``simulation.time_scale`` times faster, as do the fault
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +43,9 @@ COMMAND_TIMEOUT_S = 60.0
 SLOW_EVERY_S = 60.0
 #: The shortest real pause between polls (a simulator's clock can ask for less).
 MIN_PAUSE_S = 0.2
+#: The longest a round of load keeps the GPUs under matmul (real seconds): rounds of two minutes give a day's soak
+#: 700 throughput samples per GPU and keep a round well inside the node test's deadline.
+ROUND_HOLD_S = 120.0
 
 
 def limits(loaded: LoadedSpec, node: ResolvedNode, settings: Soak) -> soak.SoakLimits:
@@ -48,10 +53,12 @@ def limits(loaded: LoadedSpec, node: ResolvedNode, settings: Soak) -> soak.SoakL
     rails = tuple(hca for hca, _ in sorted(profile.rails.items(), key=lambda item: item[1]))
     rates = {**soak.IB_COUNTERS, **{str(name): rate for name, rate in settings.ib_errors_per_hour.items()}}
     return soak.SoakLimits(throttle_polls=settings.throttle_polls, ib_errors_per_hour=rates,
-                           hardware_xids=preflight.HARDWARE_XIDS, gpus=profile.gpu.count, ports=rails)
+                           hardware_xids=preflight.HARDWARE_XIDS, gpus=profile.gpu.count, ports=rails,
+                           clock_drift_fraction=settings.clock_drift_fraction,
+                           throughput_drift_fraction=settings.throughput_drift_fraction)
 
 
-def poll(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.Gpu]], *,
+def poll(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.GpuTelemetry]], *,
          slow: bool = True) -> tuple[dict[str, float], list[str]]:
     """One poll of one node: series name -> value, and what could not be read (those series simply have no
     sample this time: a series that keeps missing is judged unknown, never healthy)."""
@@ -64,7 +71,7 @@ def poll(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvid
     return values, problems
 
 
-def _poll_into(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.Gpu]],
+def _poll_into(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.GpuTelemetry]],
                values: dict[str, float], problems: list[str], slow: bool) -> None:
     gpus = session.run(gpus_fact.argv, COMMAND_TIMEOUT_S)
     bus_index: dict[str, str] = {}
@@ -73,8 +80,9 @@ def _poll_into(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[lis
             bus_index[gpu.bus_id.lower()[-12:]] = gpu.index
             values[f"gpu{gpu.index}/clocks_event_reasons"] = float(int(gpu.clocks_event_reasons, 16))
             for name, text in (("temperature_c", gpu.temperature_c),
-                               ("ecc_uncorrected_volatile", gpu.ecc_uncorrected_volatile)):
-                if text.replace(".", "", 1).isdigit():
+                               ("ecc_uncorrected_volatile", gpu.ecc_uncorrected_volatile),
+                               ("sm_clock_mhz", gpu.sm_clock_mhz), ("power_w", gpu.power_draw_w)):
+                if text.replace(".", "", 1).isdigit():  # [N/A] (a board without the reading) is no sample
                     values[f"gpu{gpu.index}/{name}"] = float(text)
     else:
         problems.append(gpus.problem())
@@ -113,6 +121,25 @@ def _poll_slow(session: HostSession, bus_index: dict[str, str], values: dict[str
         problems.append(log.problem())
 
 
+def round_throughput(directory: Path) -> dict[str, dict[str, float]]:
+    """Per node, each GPU's matmul throughput in one round of load (``gpu<i>/tflops``), from the records the node
+    stage wrote there (a node it ran again alone: the repeat's figures, as its verdict)."""
+    speeds: dict[str, dict[str, float]] = {}
+    for records in (directory / "node.json", directory / "repeat" / "node.json"):
+        try:
+            loaded = json.loads(records.read_text())
+        except (OSError, ValueError):
+            continue
+        repeated: set[str] = set()
+        for record in loaded if isinstance(loaded, list) else []:
+            if isinstance(record, dict) and isinstance(record.get("tflops"), int | float) and "node" in record:
+                if record["node"] not in repeated:  # a repeat's figures replace the first run's, node by node
+                    repeated.add(record["node"])
+                    speeds[record["node"]] = {}
+                speeds[record["node"]][f"gpu{record.get('local_rank', 0)}/tflops"] = float(record["tflops"])
+    return speeds
+
+
 class SoakStage:
     def __init__(self, loaded: LoadedSpec, nodes: list[ResolvedNode], store: StateStore, campaign: str, *,
                  seed: int, evidence_dir: Path, forks: int,
@@ -123,7 +150,8 @@ class SoakStage:
         self.scale = loaded.spec.simulation.time_scale if loaded.spec.simulation is not None else 1.0
         self.forks, self.evidence_dir = max(1, forks), evidence_dir
         self.load = load or (lambda nodes, directory: multinode.run_node_stage(
-            loaded, nodes, store.state_dir, seed=seed, evidence_dir=directory))
+            loaded, nodes, store.state_dir, seed=seed, evidence_dir=directory, hold_s=self._hold_s(),
+            batch=len(nodes)))  # every node under load at once: a node waiting for its batch is a node at rest
         self.rails = {node.name: limits(loaded, node, self.settings).ports for node in nodes}  # once, not per poll
         self.failed_rounds: dict[str, CheckResult] = {}
         self.load_error = ""
@@ -131,6 +159,13 @@ class SoakStage:
         self.lock = threading.Lock()
         self.finished_rounds: list[tuple[str, float, dict[str, float]]] = []
         self.started = time.monotonic()
+
+    def _hold_s(self) -> float:
+        """How long the next round keeps each GPU under matmul, in real seconds: up to :data:`ROUND_HOLD_S`, never
+        past the soak's end. Load between polls is the soak's point: a round of the node stage alone is over in
+        seconds, and a GPU idle at most polls shows neither its clock under load nor its heat."""
+        left = self.settings.hours * 3600 - (time.monotonic() - self.started) * self.scale
+        return round(max(0.0, min(ROUND_HOLD_S, left / self.scale)), 1)
 
     def run(self) -> list[NodeVerdict]:
         duration_s = self.settings.hours * 3600
@@ -162,13 +197,13 @@ class SoakStage:
             self._record_rounds()
         return [self._verdict(node) for node in self.nodes]
 
-    def _gpu_facts(self) -> dict[str, Fact[list[nvidia_smi.Gpu]]]:
+    def _gpu_facts(self) -> dict[str, Fact[list[nvidia_smi.GpuTelemetry]]]:
         """Per node, the GPU query in the field names its driver accepts (asked once, as preflight does)."""
-        def ask(node: ResolvedNode) -> Fact[list[nvidia_smi.Gpu]]:
+        def ask(node: ResolvedNode) -> Fact[list[nvidia_smi.GpuTelemetry]]:
             try:
                 session = open_session(self.loaded, node, self.store.state_dir)
             except Exception:
-                return nvidia_smi.GPUS
+                return nvidia_smi.TELEMETRY
             try:
                 asked = session.run(nvidia_smi.GPU_QUERY_FIELDS.argv, COMMAND_TIMEOUT_S)
                 accepted = nvidia_smi.parse_help_query(asked.stdout) if asked.ok else None
@@ -176,12 +211,12 @@ class SoakStage:
                 accepted = None
             finally:
                 session.close()
-            return nvidia_smi.gpus_command(accepted)
+            return nvidia_smi.telemetry_command(accepted)
 
         with ThreadPoolExecutor(max_workers=min(self.forks, len(self.nodes))) as pool:
             return dict(zip((node.name for node in self.nodes), pool.map(ask, self.nodes), strict=True))
 
-    def _poll_all(self, fields: dict[str, Fact[list[nvidia_smi.Gpu]]], at_s: float, *, slow: bool) -> None:
+    def _poll_all(self, fields: dict[str, Fact[list[nvidia_smi.GpuTelemetry]]], at_s: float, *, slow: bool) -> None:
         def one(node: ResolvedNode) -> dict[str, float]:
             try:
                 session = open_session(self.loaded, node, self.store.state_dir)
@@ -217,10 +252,11 @@ class SoakStage:
                 self.load_error = f"round {self.rounds} could not run: {type(error).__name__}: {error}"
                 return
             at_s = min((time.monotonic() - self.started) * self.scale, self.settings.hours * 3600)
+            speeds = round_throughput(self.evidence_dir / f"round-{self.rounds:04d}")
             for verdict in verdicts:  # kept with the telemetry: a resumed soak still knows its rounds
                 with self.lock:
-                    self.finished_rounds.append((verdict.node, at_s,
-                                                 {"load/passed" if verdict.passed else "load/failed": 1.0}))
+                    self.finished_rounds.append((verdict.node, at_s, {
+                        "load/passed" if verdict.passed else "load/failed": 1.0, **speeds.get(verdict.node, {})}))
                 if not verdict.passed and verdict.node not in self.failed_rounds:
                     first = verdict.blockers[0]
                     self.failed_rounds[verdict.node] = CheckResult(

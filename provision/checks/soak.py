@@ -7,6 +7,11 @@ series and the spec's limits, so the same code judges a recorded real series and
 - ``soak_throttle``: a GPU slowed by heat or power hardware (thermal, HW slowdown, power brake) for at least
   ``throttle_polls`` consecutive polls; a blip shorter than that is a warning;
 - ``soak_memory``: any new uncorrectable ECC error or pending row remap during the soak;
+- ``soak_clocks``: a GPU under load whose SM clock sits more than ``clock_drift_fraction`` below its busy
+  node-mates' median with no clock-event reason at all (a sag the driver does not explain) for ``throttle_polls``
+  polls;
+- ``soak_throughput``: a GPU whose matmul throughput, against its node-mates' in the same round, fell by more than
+  ``throughput_drift_fraction`` from the soak's first third of rounds to its last;
 - ``soak_ib_errors``: an InfiniBand error counter growing faster than its limit per hour (``link_downed``: at all);
 - ``soak_xid``: an Xid of the hardware class logged during the soak;
 - ``soak_telemetry``: a node whose polls stopped or never covered a GPU or port is *unknown* for it, never healthy.
@@ -16,6 +21,7 @@ Each finding names the GPU or port, the first and last poll that show it, and th
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from provision.checks.outcome import CheckResult, Outcome
@@ -43,13 +49,17 @@ class SoakLimits:
     gpus: int = 8
     ports: tuple[str, ...] = ()
     min_polls: int = 2
+    clock_drift_fraction: float = 0.1
+    throughput_drift_fraction: float = 0.1
+    #: Busy GPUs a poll needs for their median to be a reference for each of them.
+    min_mates: int = 3
 
 
 def judge(series: dict[str, list[Sample]], limits: SoakLimits) -> list[CheckResult]:
     """The node's soak checks over its series (``xid/<code>/<pci>``: how many of that Xid the kernel log held at
     each read; ``xid/read``: a read of the log happened)."""
-    return [_telemetry(series, limits), _throttle(series, limits), _memory(series, limits),
-            _ib_errors(series, limits), _xids(series, limits)]
+    return [_telemetry(series, limits), _throttle(series, limits), _clocks(series, limits),
+            _throughput(series, limits), _memory(series, limits), _ib_errors(series, limits), _xids(series, limits)]
 
 
 def xids_of(series: dict[str, list[Sample]]) -> list[tuple[float, int, str]]:
@@ -121,6 +131,82 @@ def _throttle(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResul
         return CheckResult("soak_throttle", Outcome.WARNING, f"{blips[0]}: shorter than the "
                            f"{limits.throttle_polls} polls that fail a node", "watch it", blips)
     return CheckResult("soak_throttle", Outcome.OK, "no thermal or power slowdown through the soak")
+
+
+def _by_time(series: dict[str, list[Sample]], quantity: str) -> dict[float, dict[str, float]]:
+    """``gpu<i>/<quantity>`` regrouped by poll: at each time, every GPU's value."""
+    polls: dict[float, dict[str, float]] = {}
+    for name, samples in series.items():
+        gpu, _, what = name.partition("/")
+        if what == quantity and gpu.startswith("gpu"):
+            for sample in samples:
+                polls.setdefault(sample.at_s, {})[gpu] = sample.value
+    return polls
+
+
+def _clocks(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
+    """A clock that sags under load while the driver names no reason: each poll compares every busy GPU (no
+    clock-event reason at all, not even idle) with the median of the node's busy GPUs then, so idle moments between
+    rounds of load, a power cap the whole node shares, and a GPU already failed for a slowdown it names, all stay
+    out of it."""
+    clocks, reasons = _by_time(series, "sm_clock_mhz"), _by_time(series, "clocks_event_reasons")
+    runs: dict[str, list[tuple[float, float, float]]] = {}
+    longest: dict[str, list[tuple[float, float, float]]] = {}
+    for at_s in sorted(clocks):
+        busy = {gpu: mhz for gpu, mhz in clocks[at_s].items() if reasons.get(at_s, {}).get(gpu) == 0}
+        if len(busy) < limits.min_mates:
+            continue
+        reference = statistics.median(busy.values())
+        for gpu, mhz in busy.items():
+            if mhz < (1 - limits.clock_drift_fraction) * reference:
+                runs.setdefault(gpu, []).append((at_s, mhz, reference))
+                if len(runs[gpu]) > len(longest.get(gpu, [])):
+                    longest[gpu] = list(runs[gpu])
+            else:
+                runs[gpu] = []
+    held: list[str] = []
+    blips: list[str] = []
+    for gpu, run in sorted(longest.items(), key=lambda item: int(item[0][3:])):
+        line = (f"{gpu}: SM clock {run[-1][1]:g} MHz under load against its node-mates' {run[-1][2]:g} MHz, with no "
+                f"clock-event reason, for {len(run)} consecutive busy poll(s), polls at {run[0][0] / 3600:.2f} h to "
+                f"{run[-1][0] / 3600:.2f} h")
+        (held if len(run) >= limits.throttle_polls else blips).append(line)
+    if held:
+        return _result("soak_clocks", held, "", "a clock that sags with no reason the driver names is the board's "
+                       "power delivery or firmware: reset the GPU, update its VBIOS, and if it sags again it is a "
+                       "case for the vendor")
+    if blips:
+        return CheckResult("soak_clocks", Outcome.WARNING, f"{blips[0]}: shorter than the {limits.throttle_polls} "
+                           "polls that fail a node", "watch it", blips)
+    return CheckResult("soak_clocks", Outcome.OK, "every busy GPU clocked with its node-mates through the soak")
+
+
+def _throughput(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
+    """Each round's matmul throughput per GPU over its node-mates' median in that round (so the machine's own pace,
+    which moves every GPU alike, cancels out), compared between the soak's first and last third of rounds."""
+    rounds = sorted(_by_time(series, "tflops").items())
+    rounds = [(at_s, speeds) for at_s, speeds in rounds if len(speeds) >= min(limits.min_mates, limits.gpus)]
+    if len(rounds) < 3:
+        return CheckResult("soak_throughput", Outcome.OK, f"{len(rounds)} round(s) of load measured: too few for a "
+                           "trend (3 needed); each round passed the node stage's own checks")
+    third = len(rounds) // 3
+    ratios: dict[str, list[float]] = {}
+    for _at, speeds in rounds:
+        reference = statistics.median(speeds.values())
+        for gpu, tflops in speeds.items():
+            ratios.setdefault(gpu, []).append(tflops / reference if reference > 0 else 0.0)
+    findings = []
+    for gpu, values in sorted(ratios.items(), key=lambda item: int(item[0][3:])):
+        if len(values) != len(rounds):
+            continue  # a GPU missing from a round: the round's own verdict says why
+        first, last = statistics.median(values[:third]), statistics.median(values[-third:])
+        if first - last > limits.throughput_drift_fraction:
+            findings.append(f"{gpu}: matmul at {first:.2f} of its node-mates' in the first {third} round(s), "
+                            f"{last:.2f} in the last {third} (rounds at {rounds[0][0] / 3600:.2f} h to "
+                            f"{rounds[-1][0] / 3600:.2f} h)")
+    return _result("soak_throughput", findings, f"{len(rounds)} rounds of load: every GPU kept pace with its "
+                   "node-mates", "a GPU that slows under hours of load: read its clocks and temperatures in the "
+                   "soak's plots; reset it and soak it again")
 
 
 def _grew(samples: list[Sample]) -> tuple[Sample, Sample] | None:

@@ -419,6 +419,12 @@ class Soak(Strict):
     #: Growth per hour allowed each InfiniBand error counter (default: symbol_error 10, link_downed 0,
     #: port_rcv_errors 10).
     ib_errors_per_hour: dict[IbCounter, Annotated[float, Field(ge=0)]] = {}
+    #: How far below its busy node-mates' median a GPU's SM clock may sit under load, with no reason the driver
+    #: names, for ``throttle_polls`` polls before it fails.
+    clock_drift_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    #: How far a GPU's matmul throughput, against its node-mates' in the same round, may fall from the soak's first
+    #: third of rounds to its last.
+    throughput_drift_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1
 
     @field_validator("duration")
     @classmethod
