@@ -148,7 +148,44 @@ def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Fam
     suspects = Family("provision_cable_suspect_score", "Link-health score of each suspect cable, by class")
     for row in link_health(loaded, state_dir)["suspects"]:
         suspects.add(row["score"], cluster=cluster, cable=row["cable"], **{"class": row["class"]})
-    return [nodes, needed, state, since, outcome, duration, exit_code, finished, busbw, matmul, memory, pairs, suspects]
+    return [nodes, needed, state, since, outcome, duration, exit_code, finished, busbw, matmul, memory, pairs, suspects,
+            *soak_families(store, cluster)]
+
+
+#: The soak's GPU series the metrics carry at their latest poll: series quantity -> (metric, help, scale to base
+#: units).
+SOAK_GPU = {
+    "temperature_c": ("provision_soak_gpu_temperature_celsius", "GPU temperature at the soak's latest poll", 1.0),
+    "sm_clock_mhz": ("provision_soak_gpu_sm_clock_hertz", "SM clock at the soak's latest poll", 1e6),
+    "power_w": ("provision_soak_gpu_power_watts", "Board power draw at the soak's latest poll", 1.0),
+    "clocks_event_reasons": ("provision_soak_gpu_clocks_event_reasons",
+                             "nvidia-smi clocks_event_reasons.active (a bit mask) at the soak's latest poll", 1.0),
+    "ecc_uncorrected_volatile": ("provision_soak_gpu_ecc_uncorrected_errors",
+                                 "Volatile uncorrectable ECC errors at the soak's latest poll", 1.0),
+    "remap_pending": ("provision_soak_gpu_row_remap_pending", "1 while a row remap waits for a GPU reset", 1.0),
+    "tflops": ("provision_soak_gpu_matmul_flops_per_second", "Matmul throughput in the soak's latest round", 1e12),
+}
+
+
+def soak_families(store: StateStore, cluster: str) -> list[Family]:
+    """The newest soak's latest telemetry per node: each GPU's series, each rail port's error counters, and how far
+    into the soak that poll was (a soak that stopped shows its age here)."""
+    campaign, latest = store.soak_latest()
+    gpu = {quantity: Family(name, text) for quantity, (name, text, _scale) in SOAK_GPU.items()}
+    port = Family("provision_soak_ib_port_counter", "InfiniBand port error counter at the soak's latest poll")
+    elapsed = Family("provision_soak_poll_seconds", "Seconds into the soak of the node's latest poll")
+    reached: dict[str, float] = {}
+    for node, series, at_s, value in latest:
+        part, _, quantity = series.partition("/")
+        reached[node] = max(reached.get(node, 0.0), at_s)
+        if part.startswith("gpu") and quantity in SOAK_GPU:
+            gpu[quantity].add(value * SOAK_GPU[quantity][2], cluster=cluster, node=node, gpu=part[3:],
+                              campaign=campaign)
+        elif quantity and part not in ("xid", "load"):  # a rail port's counter (the others: the soak's own)
+            port.add(value, cluster=cluster, node=node, port=part, counter=quantity, campaign=campaign)
+    for node, at_s in reached.items():
+        elapsed.add(at_s, cluster=cluster, node=node, campaign=campaign)
+    return [*gpu.values(), port, elapsed]
 
 
 def textfile_dir(loaded: LoadedSpec) -> Path | None:

@@ -136,3 +136,26 @@ def test_spare_fraction_says_whether_the_delivery_is_met(nodes: int, admitted: i
 
     enough = capacity(nodes, admitted, spare)
     assert enough.needed == needed and enough.line().endswith(line_end)
+
+
+@pytest.mark.fast
+def test_the_latest_soak_poll_of_each_node_is_exported_in_base_units(tmp_path: Path) -> None:
+    from provision.metrics import soak_families
+    from provision.state import StateStore
+
+    with StateStore(tmp_path) as store:
+        campaign, _ = store.open_campaign("run-1", ["soak"], "sha")
+        store.record_soak(campaign, "sim01", 3600.0, {"gpu0/sm_clock_mhz": 1980.0, "gpu0/temperature_c": 64.0,
+                                                      "mlx5_0/symbol_error": 3.0, "load/passed": 1.0})
+        store.record_soak(campaign, "sim01", 7200.0, {"gpu0/sm_clock_mhz": 1485.0, "gpu0/power_w": 512.5,
+                                                      "mlx5_0/symbol_error": 9.0, "xid/read": 1.0})
+        text = exposition(soak_families(store, "sim16"))
+    lines = set(text.splitlines())
+    labels = 'campaign="run-1",cluster="sim16",gpu="0",node="sim01"'
+    assert f"provision_soak_gpu_sm_clock_hertz{{{labels}}} 1485000000" in lines
+    assert f"provision_soak_gpu_temperature_celsius{{{labels}}} 64" in lines  # its latest poll: the first
+    assert f"provision_soak_gpu_power_watts{{{labels}}} 512.5" in lines
+    assert ('provision_soak_ib_port_counter{campaign="run-1",cluster="sim16",counter="symbol_error",node="sim01",'
+            'port="mlx5_0"} 9') in lines
+    assert 'provision_soak_poll_seconds{campaign="run-1",cluster="sim16",node="sim01"} 7200' in lines
+    assert "load" not in text and "xid" not in text  # the soak's bookkeeping is not telemetry

@@ -100,7 +100,40 @@ def _plots(data: ReportData) -> dict[str, Any]:
         training.append(plots.dots(f"{mode.upper()}: loss after the last step per GPU", [
             (node, [plots.Dot(f"GPU {row['gpu']} (first {row['loss_first']})", row["loss_last"])
                     for row in rows if row["loss_last"] is not None]) for node, rows in groups], y_label="loss"))
-    return {"busbw": busbw, "gpus": gpus, "pairs": pairs, "training": training}
+    return {"busbw": busbw, "gpus": gpus, "pairs": pairs, "training": training, "soak": _soak_plots(data)}
+
+
+#: What the report plots of each soaked node: (title, the series' quantity, y label, plotted as growth since the
+#: soak's first poll).
+SOAK_PLOTS = (("GPU temperature", "temperature_c", "°C", False), ("SM clock", "sm_clock_mhz", "MHz", False),
+              ("board power", "power_w", "W", False), ("matmul per round of load", "tflops", "TFLOPS", False),
+              ("InfiniBand error counters, growth", ("symbol_error", "link_downed", "port_rcv_errors"), "count", True))
+
+
+def _soak_plots(data: ReportData) -> list[dict[str, Any]]:
+    """Per plotted node, a timeline per quantity: its GPUs' (or ports') series, the ones its findings name in red."""
+    nodes = []
+    for row in data.soak:
+        drawn = []
+        for title, quantity, unit, growth in SOAK_PLOTS:
+            wanted = quantity if isinstance(quantity, tuple) else (quantity,)
+            series = []
+            for name, points in sorted(row["series"].items(), key=lambda item: _part_order(item[0])):
+                if name.split("/", 1)[-1] not in wanted or not points:
+                    continue
+                base = points[0][1] if growth else 0.0
+                series.append(plots.Series(name if growth else name.split("/", 1)[0],
+                                           [(at, value - base) for at, value in points]))
+            if series:
+                flagged = frozenset(name if growth else name.split("/", 1)[0] for name in row["flagged"])
+                drawn.append(plots.timeline(f"{row['node']}: {title}", series, y_label=unit, flagged=flagged))
+        nodes.append({"node": row["node"], "failed": row["failed"], "findings": row["findings"], "plots": drawn})
+    return nodes
+
+
+def _part_order(name: str) -> tuple[int, str]:
+    part = name.split("/", 1)[0]
+    return (int(part[3:]), name) if part.startswith("gpu") and part[3:].isdigit() else (10_000, name)
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:
@@ -119,6 +152,9 @@ def figure_files(data: ReportData, stem: str) -> dict[str, str]:
     """Every plotted figure as a file beside the report: name -> text."""
     files = {f"{stem}.busbw.csv": _csv(data.busbw), f"{stem}.gpus.csv": _csv(data.gpus),
              f"{stem}.pairs.csv": _csv(data.pairs), f"{stem}.training.csv": _csv(data.training),
+             f"{stem}.soak.csv": _csv([{"node": row["node"], "series": name, "hours": at, "value": value}
+                                       for row in data.soak for name, points in sorted(row["series"].items())
+                                       for at, value in points]),
              f"{stem}.cables.json": json.dumps({"located_by_burnin": data.cable_findings,
                                                 "link_health": data.link_health}, indent=2, default=str)}
     files = {name: text for name, text in files.items() if text}

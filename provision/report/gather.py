@@ -22,6 +22,7 @@ from provision.capacity import capacity
 from provision.errors import Refusal, UsageProblem
 from provision.fabric_view import view_of_cluster
 from provision.ib_fabric import design_fabric, places_of_cables
+from provision.report import plots
 from provision.spec import LoadedSpec
 from provision.spec.thresholds import effective_thresholds
 from provision.state import NodeState, StateStore
@@ -54,6 +55,13 @@ class ReportData:
     fabric_svg: str = ""
     capacity: str = ""
     acceptance: str = ""  # what the soak demonstrated against admission.acceptance, as the burn-in said it
+    soak: list[dict[str, Any]] = field(default_factory=list)  # per node plotted: its thinned series and findings
+    soak_note: str = ""  # which nodes' telemetry is plotted, of how many soaked
+
+
+#: Healthy nodes whose soak telemetry the report plots beside every node the soak failed (a reference, not a census:
+#: every node's series stay in the state store, and thinned in the CSV beside the report).
+SOAK_REFERENCE_NODES = 4
 
 
 def _load(path: Path) -> Any:
@@ -122,6 +130,41 @@ def _cards(store: StateStore, nodes: list[Any]) -> list[dict[str, Any]]:
                       "since": record.updated_at, "run_id": move["run_id"] if move else None,
                       "by": "operator" if move and move["by_operator"] else "pipeline"})
     return cards
+
+
+def soak_campaign(store: StateStore, runs: list[dict[str, Any]], campaign: str | None) -> str | None:
+    """The newest campaign among the covered runs whose soak recorded telemetry."""
+    ids = [row["id"] for row in runs]
+    marks = ",".join("?" * len(ids))
+    candidates = {campaign} if campaign else set()
+    candidates |= set(ids) | {row["campaign"] for row in store.db.execute(
+        f"SELECT DISTINCT campaign FROM burnin_passes WHERE run_id IN ({marks})", ids).fetchall()}
+    found = [row["campaign"] for row in store.db.execute(
+        "SELECT campaign, MAX(rowid) AS last FROM soak_samples GROUP BY campaign ORDER BY last DESC").fetchall()]
+    return next((name for name in found if name in candidates), None)
+
+
+def soak_rows(store: StateStore, campaign: str | None, cards: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """Every node the soak failed, then a few healthy ones, each with its series thinned for plotting and the
+    parts (a GPU, a port) its findings name."""
+    if campaign is None:
+        return [], ""
+    soaked = [row["node"] for row in store.db.execute(
+        "SELECT DISTINCT node FROM soak_samples WHERE campaign = ? ORDER BY node", (campaign,)).fetchall()]
+    failed = {card["node"]: card["evidence"] for card in cards if card["stage"] == "soak"}
+    chosen = [node for node in soaked if node in failed]
+    chosen += [node for node in soaked if node not in failed][:SOAK_REFERENCE_NODES]
+    rows = []
+    for node in chosen:
+        series = store.soak_series(campaign, node)
+        named = {line.split(":", 1)[0] for line in failed.get(node, []) if ":" in line}
+        rows.append({"node": node, "failed": node in failed, "findings": failed.get(node, []),
+                     "flagged": sorted(name for name in series if name.split("/", 1)[0] in named),
+                     "series": {name: [(round(at / 3600, 4), value) for at, value in plots.thin(samples)]
+                                for name, samples in series.items()}})
+    note = (f"{len(chosen)} of {len(soaked)} soaked node(s) plotted: every node the soak failed"
+            f"{f' and {len(chosen) - len(failed)} healthy for reference' if len(chosen) > len(failed) else ''}")
+    return rows, note
 
 
 def node_records(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -241,6 +284,7 @@ def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
             nodes=[{"node": record.name, "state": str(record.state), "stage": record.stage or "",
                     "reason": record.reason} for record in in_spec],
             cards=_cards(store, in_spec), thresholds=[], cable_findings=findings)
+        data.soak, data.soak_note = soak_rows(store, soak_campaign(store, runs, campaign), data.cards)
     admitted = sum(1 for row in data.nodes if row["state"] == "admitted")
     data.capacity = capacity(len(data.nodes), admitted, loaded.spec.admission.spare_fraction).line()
     data.acceptance = acceptance_line(runs)

@@ -3,8 +3,9 @@
 Why hand-drawn SVG rather than a plotting library: the report is one file that a vendor opens offline and that is
 signed and archived, so every plot must be vector (it prints), need no script (nothing to load, nothing to block),
 and add no dependency to the controller. matplotlib would add ~40 MB of wheels and fonts to draw three chart
-kinds; plotly would embed ~3.5 MB of JavaScript in every report. Three small, pure functions cover what the
-report needs: lines over message size, dots per GPU grouped by node, and a heatmap of pairs by rail.
+kinds; plotly would embed ~3.5 MB of JavaScript in every report. Four small, pure functions cover what the
+report needs: lines over message size, dots per GPU grouped by node, a heatmap of pairs by rail, and lines over
+the soak's hours.
 
 Every data point is an element with class ``point`` (and its value in a ``<title>`` tooltip), and every plot
 declares how many it drew in ``data-points``, so a browser test can check that each plot rendered all its data.
@@ -211,3 +212,64 @@ def heatmap(title: str, rows: Sequence[str], columns: Sequence[str],
     body.append(f'<text x="{label_w}" y="{height - 4}" class="legend">light {_fmt(low)} to dark {_fmt(high)} '
                 f"{escape(unit)}; red outline: below threshold</text>")
     return _frame(title, count, body, height=height)
+
+
+def timeline(title: str, series: Sequence[Series], *, y_label: str, flagged: frozenset[str] = frozenset()) -> str:
+    """Lines over the soak's clock (x in hours), one per series (a GPU, a port's counter); a flagged series (the
+    one a finding names) drawn in red and its points marked ``flagged``. Each series should arrive thinned
+    (:func:`thin`): a week's poll every minute is far more points than a plot can show."""
+    xs = [x for item in series for x, _ in item.points]
+    ys = [y for item in series for _, y in item.points]
+    if not xs:
+        return _frame(title, 0, [f'<text x="{LEFT}" y="60" class="empty">no measurements</text>'])
+    x_low, x_high = min(xs), max(max(xs), min(xs) + 1e-9)
+    y_low, y_high = _span(ys, None)
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x_of(value: float) -> float:
+        return LEFT + (value - x_low) / (x_high - x_low) * plot_w
+
+    def y_of(value: float) -> float:
+        return TOP + plot_h - (value - y_low) / (y_high - y_low) * plot_h
+
+    body = _y_axis(y_low, y_high, y_label, y_of)
+    body.append(f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" class="axis"/>')
+    for tick in _ticks(x_low, x_high):
+        body.append(f'<text x="{x_of(tick):.1f}" y="{HEIGHT - BOTTOM + 16}" class="tick" text-anchor="middle">'
+                    f"{_fmt(tick)}</text>")
+    body.append(f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 8}" class="axis-label" text-anchor="middle">'
+                "hours into the soak</text>")
+    count = 0
+    for index, item in enumerate(series):
+        marked = item.name in flagged
+        colour = FLAG if marked else PALETTE[index % len(PALETTE)]
+        ordered = sorted(item.points)
+        path = " ".join(f"{x_of(x):.1f},{y_of(y):.1f}" for x, y in ordered)
+        body.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="{2 if marked else 1}"/>')
+        for x, y in ordered:
+            body.append(f'<circle class="point{" flagged" if marked else ""}" cx="{x_of(x):.1f}" cy="{y_of(y):.1f}" '
+                        f'r="1.8" fill="{colour}"><title>{escape(item.name)} at {x:.2f} h: {_fmt(y)} '
+                        f"{escape(y_label)}</title></circle>")
+            count += 1
+        if index < 14:  # the legend holds 14 names; the tooltips name every series
+            legend_y = TOP + 14 * index
+            body.append(f'<rect x="{WIDTH - RIGHT + 8}" y="{legend_y + 4}" width="10" height="10" fill="{colour}"/>'
+                        f'<text x="{WIDTH - RIGHT + 22}" y="{legend_y + 13}" class="legend">{escape(item.name)}</text>')
+    return _frame(title, count, body)
+
+
+def thin(points: Sequence[tuple[float, float]], buckets: int = 60) -> list[tuple[float, float]]:
+    """At most two points per bucket of time, its lowest and its highest, in time order: a spike or a sag of a
+    single poll survives the thinning, which an every-n-th sample would drop."""
+    if len(points) <= 2 * buckets:
+        return list(points)
+    ordered = sorted(points)
+    start, span = ordered[0][0], (ordered[-1][0] - ordered[0][0]) or 1.0
+    grouped: dict[int, list[tuple[float, float]]] = {}
+    for point in ordered:
+        grouped.setdefault(min(int((point[0] - start) / span * buckets), buckets - 1), []).append(point)
+    kept: list[tuple[float, float]] = []
+    for members in grouped.values():
+        low, high = min(members, key=lambda p: p[1]), max(members, key=lambda p: p[1])
+        kept += sorted({low, high})
+    return kept

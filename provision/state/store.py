@@ -480,6 +480,15 @@ class StateStore:
         row = self.db.execute("SELECT MAX(at_s) AS at FROM soak_samples WHERE campaign = ?", (campaign,)).fetchone()
         return float(row["at"] or 0.0)
 
+    def soak_latest(self) -> tuple[str | None, list[tuple[str, str, float, float]]]:
+        """The newest soak's campaign and, per node and series, its latest sample: (node, series, at_s, value)."""
+        newest = self.db.execute("SELECT campaign FROM soak_samples ORDER BY rowid DESC LIMIT 1").fetchone()
+        if newest is None:
+            return None, []
+        rows = self.db.execute("SELECT node, series, MAX(at_s) AS at_s, value FROM soak_samples WHERE campaign = ? "
+                               "GROUP BY node, series ORDER BY node, series", (newest["campaign"],)).fetchall()
+        return newest["campaign"], [(row["node"], row["series"], row["at_s"], row["value"]) for row in rows]
+
     def soak_series(self, campaign: str, node: str) -> dict[str, list[tuple[float, float]]]:
         rows = self.db.execute("SELECT series, at_s, value FROM soak_samples WHERE campaign = ? AND node = ? "
                                "ORDER BY series, at_s", (campaign, node)).fetchall()
