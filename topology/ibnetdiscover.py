@@ -25,6 +25,9 @@ _QUOTED = re.compile(r'"([^"]*)"')
 _PORTS_LINE = re.compile(
     r"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+0x([0-9a-fA-F]+)\s+(\d+)x\s*(\S+)"
     r"(?:\s+-\s+(CA|SW|RT)\s+(\d+)\s+(\d+)\s+0x([0-9a-fA-F]+)\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)|\s*(.*))$")
+_FAR_LID = re.compile(r"\blid (\d+)\s+\d+x")  # the far end's LID, just before its width (``lid 6 4xNDR``)
+_OWN_LID = re.compile(r"#\s*lid (\d+) lmc")  # a CA port's own LID, first in its line's comment
+_SWITCH_LID = re.compile(r"\bport 0 lid (\d+)")  # a switch header's ``enhanced port 0 lid 2 lmc 0``
 _SYSTEM = re.compile(r"^MF0;([^:]+):(.*)$", re.S)  # a switch's system name and ASIC, from its description
 NOT_REPORTED = ""  # a link's speed when its source does not report one (never judged degraded)
 _KIND = {"Switch": "switch", "Ca": "ca", "Hca": "ca", "Rt": "router", "SW": "switch", "CA": "ca", "RT": "router"}
@@ -75,6 +78,10 @@ class Discovery:
     nodes: dict[str, DiscoveredNode] = field(default_factory=dict)
     links: dict[frozenset[tuple[str, int]], DiscoveredLink] = field(default_factory=dict)
     down_ports: list[tuple[str, int, str]] = field(default_factory=list)  # node, port, state text
+    #: Each port the dump gave a GUID (a CA's ports; a switch answers on port 0 with its node GUID): 0x + 16 hex
+    port_guids: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: The LID of each port the dump gave one (a switch's on its port 0)
+    lids: dict[tuple[str, int], int] = field(default_factory=dict)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (line number, text) of unknown lines
 
     def add_link(self, link: DiscoveredLink) -> None:
@@ -97,6 +104,7 @@ def parse(text: str) -> Discovery:
             if current is None:
                 raise DumpError("a port line before any node header (truncated or not ibnetdiscover output)", number)
             here, there = (current.node_id, int(port.group(1))), (port.group(3), int(port.group(4)))
+            _addresses(discovery, current, here, there, port)
             if peer_of.get(here) == there:
                 continue  # the far end's block already gave this link (a dump names every link twice)
             peer_of[here], peer_of[there] = there, here
@@ -115,6 +123,10 @@ def parse(text: str) -> Discovery:
             current = DiscoveredNode(header.group(3), _KIND[header.group(1)], int(header.group(2)), description,
                                      system_guid, number)
             discovery.nodes[current.node_id] = current
+            if current.kind == "switch" and (lid := _SWITCH_LID.search(rest)):
+                discovery.lids[(current.node_id, 0)] = int(lid.group(1))
+                if current.node_id.startswith("S-"):
+                    discovery.port_guids[_guid(current.node_id[2:])] = (current.node_id, 0)
             system_guid = ""
             continue
         if ports_line := _PORTS_LINE.match(line):
@@ -128,6 +140,25 @@ def parse(text: str) -> Discovery:
                         where)
     _add_peers_seen_only_from_links(discovery)
     return discovery
+
+
+def _guid(digits: str) -> str:
+    return f"0x{int(digits, 16):016x}"
+
+
+def _addresses(discovery: Discovery, current: DiscoveredNode, here: tuple[str, int], there: tuple[str, int],
+               port: re.Match[str]) -> None:
+    """The port GUIDs and LIDs a port line gives: ``[1](guid)`` is this port's, ``"H-…"[1](guid)`` the far CA
+    port's; in the comment, a CA's own LID (``# lid 1 lmc 0``) and the far end's, before its width."""
+    if port.group(2):
+        discovery.port_guids[_guid(port.group(2))] = here
+    if port.group(5):
+        discovery.port_guids[_guid(port.group(5))] = there
+    tail = port.group(6)
+    if current.kind != "switch" and (own := _OWN_LID.search(tail)):
+        discovery.lids[here] = int(own.group(1))
+    if far := _FAR_LID.search(tail):
+        discovery.lids[(there[0], 0) if there[0].startswith("S-") else there] = int(far.group(1))
 
 
 def _rate(tail: str) -> tuple[int | None, str | None]:
