@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import Refusal
+from provision.fabric_routes import routing_for
 from provision.fabric_view import FabricView
 from provision.facts.ibportstate import final_state
 from provision.ib_fabric import design_endpoint, parse_observed
@@ -37,6 +38,7 @@ from topology import (
     ufm_events,
 )
 from topology.model import HCA, Cable, Fabric, Port
+from topology.smroutes import TableRouter
 
 LADDER = ("reseat", "clean", "replace transceiver", "replace cable")
 _IB = re.compile(r"ib(\d+)$")
@@ -280,8 +282,8 @@ def read_results(paths: list[Path], router: routes.Router) -> tuple[str, list[tu
         except json.JSONDecodeError as error:
             raise EvidenceError(f"{path}: not JSON: {error}") from None
         routing = document.get("routing", routing)
-        if routing not in ("dmodk", "ecmp"):
-            raise EvidenceError(f"{path}: routing must be dmodk or ecmp, not {routing!r}")
+        if routing not in ("dmodk", "ecmp", "tables"):
+            raise EvidenceError(f"{path}: routing must be dmodk, ecmp or tables, not {routing!r}")
         for number, entry in enumerate(document.get("tests", [])):
             where = f"{path}: tests[{number}]"
             flows = [tuple(flow) for flow in entry.get("flows", [])]
@@ -296,17 +298,22 @@ def read_results(paths: list[Path], router: routes.Router) -> tuple[str, list[tu
                 passed = float(entry["gbps"]) >= 0.9 * float(entry["expected_gbps"])
             else:
                 raise EvidenceError(f"{where}: needs 'passed', or 'gbps' and 'expected_gbps'")
-            tests.append((tomography.test_of(router, flows, routing), not passed))
+            tests.append((tomography.test_of(router, flows, "ecmp" if routing == "ecmp" else "dmodk"), not passed))
     return routing, tests
 
 
-def run_tomography(fabric: Fabric, paths: list[Path], health: list[linkhealth.CableHealth]) -> dict[str, Any]:
-    """Suspects from end-to-end results, with the event/counter evidence as the prior, and the next tests."""
-    router = routes.Router(fabric)
+def run_tomography(fabric: Fabric, paths: list[Path], health: list[linkhealth.CableHealth],
+                   router: routes.Router | None = None) -> dict[str, Any]:
+    """Suspects from end-to-end results, with the event/counter evidence as the prior, and the next tests. Flows
+    are routed by ``router`` (the subnet manager's tables where the cluster has them), else D-mod-K."""
+    router = router or routes.Router(fabric)
     routing, tests = read_results(paths, router)
+    if routing == "tables" and not isinstance(router, TableRouter):
+        routing = "tables (not available here: the flows were routed by D-mod-K)"
+    localizer_routing = "ecmp" if routing == "ecmp" else "dmodk"
     prior = {router.index[item.cable]: 1.0 + 50.0 * min(item.score, 4.0)
              for item in health if item.klass != "healthy" and item.cable in router.index}
-    localizer = tomography.Localizer(router, routing=routing, prior=prior)
+    localizer = tomography.Localizer(router, routing=localizer_routing, prior=prior)
     for test, failed in tests:
         localizer.record(test, failed)
     probabilities, clean = localizer.posterior()
@@ -332,7 +339,10 @@ def analyse(view: FabricView, inputs: Inputs, store: StateStore | None) -> Repor
     health, storms, explained = linkhealth.score(fabric, evidence, policy)
     result = None
     if inputs.results:
-        result = run_tomography(fabric, inputs.results, health)
+        router = None
+        if view.cluster_spec is not None and view.designed and inputs.state_dir is not None:
+            router = routing_for(view.cluster_spec, fabric, inputs.state_dir).router
+        result = run_tomography(fabric, inputs.results, health, router)
         named = {cable: (1.0, f"tomography: {len(result['found'])} cable(s) named by {result['tests']} end-to-end "
                               f"tests ({result['failed']} failed)") for cable in result.pop("found_cables")}
         health, storms, explained = linkhealth.score(fabric, evidence, policy, named)

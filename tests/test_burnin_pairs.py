@@ -59,7 +59,11 @@ def test_switch_cables_are_fabric_findings_not_node_failures(burned_in: dict) ->
 
 def test_results_are_in_the_format_tomography_reads_and_no_test_process_is_left(burned_in: dict) -> None:
     results = json.loads((burned_in["run_dir"] / "pairs-results.json").read_text())
-    assert results["routing"] == "dmodk" and len(results["tests"]) >= 16
+    # routed, and so named, by the simulated subnet manager's own tables: the report says so of every cable
+    assert results["routing"] == "tables" and len(results["tests"]) >= 16
+    routing = burned_in["report"]["routing"]
+    assert routing == "the subnet manager's forwarding tables (opensm-lfts.dump)", routing
+    assert all(finding["routing"] == routing for finding in burned_in["report"]["fabric_suspects"])
     slow = [test for test in results["tests"] if not test["passed"]]
     assert slow and all(test["gbps"] < test["threshold_gbps"] for test in slow)
     left = subprocess.run(["pgrep", "-f", "ib_write_bw|fabric_tests.perftest"], capture_output=True, text=True)

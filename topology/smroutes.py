@@ -14,10 +14,15 @@ leads to no cable the discovery saw (down), or a loop.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from topology.cabling import node_device
 from topology.ibnetdiscover import DiscoveredLink, Discovery
 from topology.lfts import ForwardingTables
+from topology.model import HCA, Fabric
+from topology.routes import Flow, Router
 
 Port = tuple[str, int]  # (discovery node id, port number)
 
@@ -100,3 +105,93 @@ class TableRoutes:
 
 def _far(link: DiscoveredLink, near: Port) -> Port:
     return link.b if link.a == near else link.a
+
+
+def design_tables(routes: TableRoutes, fabric: Fabric) -> dict[str, dict[str, int]]:
+    """The dump's tables in the design's names: per switch of ``fabric``, the port it sends each HCA's LID out of.
+
+    A switch is matched by its system name (``MF0;leaf-su01-r1:MQM9790/U1`` → ``leaf-su01-r1``), an HCA by its
+    description (``sim01 mlx5_0`` → ``sim01/mlx5_0``); what the design does not know is left out."""
+    names: dict[str, str] = {}
+    for node_id, node in routes.discovery.nodes.items():
+        name = node_device(node) if node.kind == "switch" else node.description.strip().replace(" ", "/", 1)
+        if name in fabric.graph:
+            names[node_id] = name
+    by_guid = {guid: names[node] for guid, (node, _port) in routes.discovery.port_guids.items() if node in names}
+    hcas = {name: node_id for node_id, name in names.items() if fabric.kind(name) == HCA}
+    lid_of = {}
+    for name, node_id in hcas.items():
+        try:
+            lid_of[name] = routes.lid((node_id, 1))
+        except RouteError:
+            continue
+    tables: dict[str, dict[str, int]] = {}
+    for guid, table in routes.tables.switches.items():
+        switch = by_guid.get(guid)
+        if switch is not None:
+            tables[switch] = {hca: table.out_port[lid] for hca, lid in lid_of.items() if lid in table.out_port}
+    return tables
+
+
+class TableRouter(Router):
+    """The design's cables, routed by the subnet manager's tables (:func:`design_tables`) instead of D-mod-K: what
+    the pair tests, the tomography and the rechecks route by when the fabric's tables are known."""
+
+    def __init__(self, fabric: Fabric, tables: dict[str, dict[str, int]]) -> None:
+        super().__init__(fabric)
+        self.tables = tables
+        self._crossing: dict[int, list[tuple[str, str]]] | None = None
+        #: Flows the tables did not carry (a port down at the sweep, a cable not where the design has it), each
+        #: routed by D-mod-K instead, with why: the report counts them
+        self.unrouted: dict[Flow, str] = {}
+
+    def path(self, source: str, target: str) -> list[int]:
+        try:
+            return self.table_path(source, target)
+        except RouteError as error:
+            self.unrouted[(source, target)] = str(error)
+            return super().path(source, target)
+
+    def table_path(self, source: str, target: str) -> list[int]:
+        """The cables the tables send a flow through; :class:`RouteError` where they do not take it there."""
+        cables = [self.up[source][0][0]]
+        node = self.leaf_of[source]
+        for _ in range(len(self.tables) + 1):
+            if node == target:
+                return cables
+            out = self.tables.get(node, {}).get(target)
+            if not out:
+                raise RouteError(f"the subnet manager's table of {node} has no route to {target}")
+            cable = self.fabric.cable_at((node, out))
+            if cable is None:
+                raise RouteError(f"the subnet manager's table of {node} sends {target} out of port {out}, which has "
+                                 "no cable in the design")
+            cables.append(self.index[cable])
+            node = cable.other((node, out))[0]
+        raise RouteError(f"the subnet manager's tables loop on the way from {source} to {target}")
+
+    def aimed_flows(self, cable: int, rng: random.Random, count: int, tries: int = 40,
+                    allowed: Callable[[Flow], bool] | None = None) -> list[Flow]:
+        """Up to ``count`` flows whose path by the tables crosses ``cable``: from the flows known to cross it."""
+        host = self.fabric.host_end(self.cables[cable])
+        if host is not None:
+            candidates = [(host[0], target) for target in self.hcas if target != host[0]]
+        else:
+            candidates = [(rng.choice(self.hcas_on[leaf]), target) for leaf, target in self.crossing().get(cable, [])]
+            candidates = [(source, target) for source, target in candidates if source != target]
+        rng.shuffle(candidates)
+        flows = [flow for flow in candidates[:tries * count] if allowed is None or allowed(flow)]
+        return flows[:count]
+
+    def crossing(self) -> dict[int, list[tuple[str, str]]]:
+        """Cable → the (source leaf, target HCA) whose path crosses it after the source's own cable (every HCA of
+        a leaf routes alike from there); worked out once."""
+        if self._crossing is None:
+            found: dict[int, list[tuple[str, str]]] = {}
+            for leaf, members in sorted(self.hcas_on.items()):
+                for target in self.hcas:
+                    if target != members[0]:
+                        for cable in self.path(members[0], target)[1:]:
+                            found.setdefault(cable, []).append((leaf, target))
+            self._crossing = found
+        return self._crossing

@@ -8,7 +8,7 @@ sysfs), so a dump and the hosts it describes agree on identities.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from topology.model import HCA, Fabric
 
@@ -19,10 +19,12 @@ def switch_guid(name: str) -> str:
     return "fc6a1c0300" + hashlib.sha256(name.encode()).hexdigest()[:6]
 
 
-def write_ibnetdiscover(fabric: Fabric, hca_guid: Callable[[str], str], *, title: str = "") -> str:
-    """``hca_guid(node)`` gives the 16-hex-digit GUID of an HCA node (``host/mlx5_N``)."""
+def write_ibnetdiscover(fabric: Fabric, hca_guid: Callable[[str], str], *, title: str = "",
+                        lids: Mapping[str, int] | None = None) -> str:
+    """``hca_guid(node)`` gives the 16-hex-digit GUID of an HCA node (``host/mlx5_N``); ``lids`` the LID the subnet
+    manager gave each node (default: one by one in name order)."""
     guids: dict[str, str] = {}
-    lids: dict[str, int] = {}
+    given: dict[str, int] = {}
     descriptions: dict[str, str] = {}
     for number, (node, data) in enumerate(sorted(fabric.graph.nodes(data=True)), start=1):
         if data["kind"] == HCA:
@@ -31,7 +33,7 @@ def write_ibnetdiscover(fabric: Fabric, hca_guid: Callable[[str], str], *, title
         else:
             guids[node] = switch_guid(node)
             descriptions[node] = f"MF0;{node}:{SWITCH_MODEL}"
-        lids[node] = number
+        given[node] = lids[node] if lids is not None and node in lids else number
 
     def node_id(node: str) -> str:
         return ("H-" if fabric.kind(node) == HCA else "S-") + guids[node]
@@ -45,18 +47,18 @@ def write_ibnetdiscover(fabric: Fabric, hca_guid: Callable[[str], str], *, title
             for port, (peer, peer_port) in fabric.ports_of(node).items():
                 cable = fabric.cable_at((node, port))
                 rate = f"{cable.width}x{cable.rate}" if cable else "4xNDR"
-                lines.append(f'[{port}]({guid})\t"{node_id(peer)}"[{peer_port}]\t\t# lid {lids[node]} lmc 0 '
-                             f'"{descriptions[peer]}" lid {lids[peer]} {rate}')
+                lines.append(f'[{port}]({guid})\t"{node_id(peer)}"[{peer_port}]\t\t# lid {given[node]} lmc 0 '
+                             f'"{descriptions[peer]}" lid {given[peer]} {rate}')
         else:
             ports = max(fabric.ports_of(node), default=0)
             lines += ["vendid=0x2c9", "devid=0xd2f2", f"sysimgguid=0x{guid}", f"switchguid=0x{guid}({guid})",
                       f'Switch\t{max(ports, 64)} "{node_id(node)}"\t\t# "{descriptions[node]}" enhanced port 0 '
-                      f"lid {lids[node]} lmc 0"]
+                      f"lid {given[node]} lmc 0"]
             for port, (peer, peer_port) in fabric.ports_of(node).items():
                 cable = fabric.cable_at((node, port))
                 rate = f"{cable.width}x{cable.rate}" if cable else "4xNDR"
                 guid_suffix = f"({guids[peer]})" if fabric.kind(peer) == HCA else ""
                 lines.append(f'[{port}]\t"{node_id(peer)}"[{peer_port}]{guid_suffix}\t\t# "{descriptions[peer]}" '
-                             f"lid {lids[peer]} {rate}")
+                             f"lid {given[peer]} {rate}")
         lines.append("")
     return "\n".join(lines) + "\n"

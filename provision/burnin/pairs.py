@@ -29,6 +29,7 @@ from provision.burnin.launch import free_port
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.cable_health import cable_key
 from provision.checks.outcome import CheckResult, Outcome
+from provision.fabric_routes import routing_for
 from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
 from provision.ib_fabric import design_fabric
 from provision.observe import HostSession, open_session
@@ -246,17 +247,17 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
     if len(nodes) < 2:
         return PairsReport([judge(loaded.spec.admission, node.name, "pairs", [CheckResult(
             "pair_bandwidth", Outcome.SILENCED, "a single node has no partner for pair tests")]) for node in nodes])
-    fabric = design_fabric(loaded)
-    router = routes.Router(fabric)
+    routing = routing_for(loaded, design_fabric(loaded), state_dir)
     runner = PairRunner(loaded, nodes, state_dir, seed=seed)
     try:
-        return _run(loaded, nodes, runner, router, seed=seed, evidence_dir=evidence_dir)
+        return _run(loaded, nodes, runner, routing.router, seed=seed, evidence_dir=evidence_dir,
+                    basis=routing.basis)
     finally:
         runner.close()
 
 
 def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, router: routes.Router, *, seed: int,
-         evidence_dir: Path) -> PairsReport:
+         evidence_dir: Path, basis: str = "the design's D-mod-K") -> PairsReport:
     plan = pairing.schedule(router, runner.rails, seed=seed)
     measurements: list[Measurement] = []
     for number, tests in enumerate(plan.rounds, 1):
@@ -286,7 +287,12 @@ def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, rout
                 adaptive += len(found)
     suspects = localizer.suspects() if localizer.results else []
     report = _verdicts(loaded, nodes, measurements, suspects, router, runner.rails)
+    unrouted = getattr(router, "unrouted", {})
+    basis += f"; {len(unrouted)} flow(s) the tables did not carry, routed by D-mod-K" if unrouted else ""
+    for suspect in report.fabric_suspects:  # a cable named by tomography says which routes it assumed
+        suspect["routing"] = basis
     report.summary = {
+        "routing": basis,
         "rounds": runner.rounds, "sweep_rounds_count": len(plan.rounds), "measurements": len(measurements),
         "adaptive_proposals": proposals, "adaptive_measurements": adaptive,
         "localizer_done": bool(localizer.results) and localizer.done(),
@@ -411,7 +417,8 @@ def _write(directory: Path, measurements: list[Measurement], summary: dict[str, 
     tests = [{"flows": [list(flow) for flow in measurement.flows], "passed": measurement.passed,
               "gbps": measurement.gbps, "threshold_gbps": measurement.threshold_gbps, "round": measurement.label}
              for measurement in measurements if measurement.at_fault is None]
-    (directory / RESULTS_FILE).write_text(json.dumps({"routing": "dmodk", "tests": tests}, indent=1))
+    routing = "tables" if str(summary.get("routing", "")).startswith("the subnet manager's") else "dmodk"
+    (directory / RESULTS_FILE).write_text(json.dumps({"routing": routing, "tests": tests}, indent=1))
     (directory / "pairs-report.json").write_text(json.dumps(
         {**summary, "measured": [measurement.describe() for measurement in measurements]}, indent=1))
 

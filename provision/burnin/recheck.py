@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from provision.burnin.pairs import Measurement, PairRunner, pack_rounds
+from provision.fabric_routes import routing_for
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
-from topology import routes
 from topology.model import Cable, Fabric
 
 FLOWS_PER_CABLE = 3
@@ -46,7 +46,7 @@ def recheck_cables(loaded: LoadedSpec, fabric: Fabric, nodes: list[ResolvedNode]
                    cables: list[Cable], *, seed: int) -> list[CableRecheck]:
     """Measure ``FLOWS_PER_CABLE`` one-way flows through each of ``fabric``'s ``cables`` between the in-service
     ``nodes``."""
-    router = routes.Router(fabric)
+    router = routing_for(loaded, fabric, state_dir).router  # aimed through the cable by the SM's own tables
     runner = PairRunner(loaded, nodes, state_dir, seed=seed)
     live = {hca for hcas in runner.rails.values() for hca in hcas}
     rng = random.Random(seed)

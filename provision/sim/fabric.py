@@ -15,10 +15,10 @@ from typing import Any
 
 from provision.hostmodel.devices import hca_guid
 from provision.ib_fabric import design_fabric
+from provision.sim import subnet_manager
 from provision.sim.linkquality import FORMAT, LINK_QUALITY
 from provision.spec import LoadedSpec
-from topology.model import Cable, Fabric
-from topology.routes import Router
+from topology.model import HCA, Cable, Fabric
 from topology.writer import write_ibnetdiscover
 
 CABLE_FAULTS = ("miswired_cable", "missing_cable")
@@ -77,18 +77,20 @@ def write_dump(loaded: LoadedSpec, faults: list[dict[str, Any]], directory: Path
         host, hca = node.split("/", 1)
         return hca_guid(seed, host, hca)
 
-    path.write_text(write_ibnetdiscover(fabric, guid, title=loaded.spec.cluster.name))
+    manager = subnet_manager.program(fabric, guid)  # the LIDs the dump shows are the SM's
+    path.write_text(write_ibnetdiscover(fabric, guid, title=loaded.spec.cluster.name, lids=manager.lids))
+    (directory / subnet_manager.DUMP).write_text(subnet_manager.write_lfts(fabric, manager, guid))
     return path
 
 
 def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directory: Path) -> Path:
     """What share of its bandwidth each degraded cable carries, and which flows cross it.
 
-    ``ib_write_bw`` on a simulated host looks its flow up here (``provision.sim.linkquality``): the SM's
-    D-mod-K route through the as-built fabric, the routes the controller's tomography assumes too. A route
-    depends only on the source's leaf and the target, so crossings are listed as (source leaf, target HCA), and
-    only where the cable can lie between them: one end below the cable's lower switch, the other not. A host's
-    own cable is crossed by every flow from or to that HCA.
+    ``ib_write_bw`` on a simulated host looks its flow up here (``provision.sim.linkquality``): the route the
+    simulated subnet manager's own tables give through the as-built fabric (:mod:`provision.sim.subnet_manager`:
+    LIDs by GUID, min-hop), not our D-mod-K, so a tomography that assumed the wrong routes blames the wrong cable.
+    After its own cable a route depends only on the source's leaf and the target, so crossings are listed as
+    (source leaf, target HCA). A host's own cable is crossed by every flow from or to that HCA.
     """
     degraded = [fault for fault in faults if fault["kind"] == "degraded_link"]
     directory.mkdir(parents=True, exist_ok=True)
@@ -97,7 +99,10 @@ def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directo
         path.write_text(json.dumps({"format": FORMAT, "leaf_of": {}, "degraded": []}))
         return path
     fabric = as_built(loaded, [fault for fault in faults if fault["kind"] in CABLE_FAULTS])
-    router = Router(fabric)
+    seed = loaded.spec.simulation.seed if loaded.spec.simulation else 0
+    manager = subnet_manager.program(fabric, lambda node: hca_guid(seed, *node.split("/", 1)))
+    hcas = sorted(node for node, data in fabric.graph.nodes(data=True) if data["kind"] == HCA)
+    leaf_of = {hca: peer[0] for hca in hcas if (peer := fabric.peer((hca, 1)))}
     entries: list[dict[str, Any]] = []
     for fault in degraded:
         cable = _cable(fabric, parse_port(fault["target"]))
@@ -106,23 +111,25 @@ def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directo
         if host:
             entry["hca"] = host[0]
         else:
-            entry["from_leaf_to"] = _crossings(router, cable)
+            entry["from_leaf_to"] = _crossings(fabric, manager, leaf_of, cable)
         entries.append(entry)
-    path.write_text(json.dumps({"format": FORMAT, "leaf_of": router.leaf_of, "degraded": entries}, indent=1))
+    path.write_text(json.dumps({"format": FORMAT, "leaf_of": leaf_of, "degraded": entries}, indent=1))
     return path
 
 
-def _crossings(router: Router, cable: Cable) -> list[list[str]]:
-    """(source leaf, target HCA) whose D-mod-K route crosses ``cable``, a cable between two switches."""
-    lower = min((cable.a[0], cable.b[0]), key=lambda node: router.rank[node])
-    below = router.leaves_below.get(lower, frozenset())
-    number = router.index[cable]
+def _crossings(fabric: Fabric, manager: subnet_manager.SubnetManager, leaf_of: dict[str, str],
+               cable: Cable) -> list[list[str]]:
+    """(source leaf, target HCA) whose route by the SM's tables crosses ``cable``, a cable between two switches."""
+    first_of: dict[str, str] = {}
+    for hca, leaf in sorted(leaf_of.items()):
+        first_of.setdefault(leaf, hca)  # every HCA of a leaf takes the same route after its own cable
     found = []
-    for leaf, members in router.hcas_on.items():
-        source = members[0]  # every HCA of a leaf takes the same route after its own cable
-        for target in router.hcas:
-            inside = router.leaf_of[target] in below
-            if (leaf in below) != inside and number in router.path(source, target)[1:]:
+    for leaf, source in sorted(first_of.items()):
+        for target in sorted(leaf_of):
+            if target == source:
+                continue
+            hops = manager.path(fabric, source, target)[1:]
+            if any(fabric.cable_at(hop) == cable for hop in hops):
                 found.append([leaf, target])
     return found
 

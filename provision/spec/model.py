@@ -301,6 +301,15 @@ class LinkHealth(Strict):
         return value
 
 
+class RoutingTables(Strict):
+    """``fabric.routing_tables``: the subnet manager's forwarding tables as the tools dump them (``dump_fts`` /
+    ``ibroute`` output, or OpenSM's ``opensm-lfts.dump``) and the ``ibnetdiscover`` output of the same sweep, both
+    relative to the spec file: the pair tests, the tomography and the rechecks then route by the SM's own tables."""
+
+    lfts: Path
+    discovery: Path
+
+
 class FabricDesign(Strict):
     topology: Literal["rail_optimized_fat_tree"] = "rail_optimized_fat_tree"
     rails: Annotated[int, Field(ge=1, le=16)] | None = None
@@ -314,6 +323,9 @@ class FabricDesign(Strict):
     link_health: LinkHealth = LinkHealth()
     #: An explicit cabling plan (CSV or UFM .ndt), relative to the spec file.
     cabling_file: Path | None = None
+    #: The SM's forwarding tables and the discovery they route over (without: the simulated fabric's own, or the
+    #: design's D-mod-K).
+    routing_tables: RoutingTables | None = None
 
     @field_validator("oversubscription")
     @classmethod

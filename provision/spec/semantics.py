@@ -304,9 +304,12 @@ def _check_checkpoint_dir(spec: ClusterSpec, host_count: int, problems: list[Pro
 
 
 def _check_paths(spec: ClusterSpec, spec_dir: Path, problems: list[Problem]) -> None:
-    candidates = []
+    candidates: list[tuple[tuple[str, ...], Path | None]] = []
     if spec.fabric is not None:
         candidates.append((("fabric", "cabling_file"), spec.fabric.cabling_file))
+        if spec.fabric.routing_tables is not None:
+            candidates += [(("fabric", "routing_tables", "lfts"), spec.fabric.routing_tables.lfts),
+                           (("fabric", "routing_tables", "discovery"), spec.fabric.routing_tables.discovery)]
     if spec.burnin is not None:
         candidates.append((("burnin", "kernel_log_allowlist"), spec.burnin.kernel_log_allowlist))
     for path, value in candidates:

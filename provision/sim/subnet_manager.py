@@ -1,0 +1,113 @@
+"""The simulated fabric's subnet manager: its own LIDs and its own forwarding tables, as OpenSM would program them.
+
+The simulator must be able to disagree with our routing model, or tomography's tests cannot fail: a flow's path is
+decided here, not by :class:`topology.routes.Router`. Like OpenSM's defaults, LIDs are handed out in GUID order
+(not the leaf-by-leaf numbering a fat-tree engine's D-mod-K assumes) and the tables are min-hop's: for every
+destination, each switch sends it out of a port on a shortest path, choosing among the shortest the port that
+carries the fewest destinations so far (lowest port number on a tie), as OpenSM's minhop engine balances them.
+
+The tables are written as OpenSM's ``opensm-lfts.dump`` beside the simulated ``ibnetdiscover.txt``: what an
+operator would copy off the SM host, and what the controller reads back (:mod:`topology.lfts`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from topology.model import HCA, Fabric
+from topology.writer import SWITCH_MODEL, switch_guid
+
+DUMP = "opensm-lfts.dump"
+
+
+@dataclass
+class SubnetManager:
+    lids: dict[str, int]  # node -> LID (a switch's port 0, an HCA's port 1)
+    tables: dict[str, dict[int, int]]  # switch -> LID -> out port (0: the switch itself)
+
+    def path(self, fabric: Fabric, source: str, target: str) -> list[tuple[str, int]]:
+        """The ports a packet leaves by, from HCA ``source`` to HCA ``target``, by the tables."""
+        lid, hops = self.lids[target], [(source, 1)]
+        node = fabric.peer((source, 1))
+        for _ in range(len(self.tables) + 1):
+            if node is None:
+                break
+            if node[0] == target:
+                return hops
+            out = self.tables[node[0]][lid]
+            hops.append((node[0], out))
+            node = fabric.peer((node[0], out))
+        raise ValueError(f"the simulated SM's tables do not take {source} to {target}")
+
+
+def program(fabric: Fabric, hca_guid: Callable[[str], str]) -> SubnetManager:
+    """LIDs by GUID, then min-hop tables balanced by how many destinations each port already carries."""
+    guid = {node: (hca_guid(node) if data["kind"] == HCA else switch_guid(node))
+            for node, data in fabric.graph.nodes(data=True)}
+    lids = {node: number for number, node in enumerate(sorted(guid, key=lambda node: int(guid[node], 16)), start=1)}
+    switches = sorted(node for node, data in fabric.graph.nodes(data=True) if data["kind"] != HCA)
+    ports = {switch: fabric.ports_of(switch) for switch in switches}
+    load = {switch: dict.fromkeys(ports[switch], 0) for switch in switches}
+    tables: dict[str, dict[int, int]] = {switch: {} for switch in switches}
+    distance_from: dict[str, dict[str, int]] = {}
+    for target in sorted(lids, key=lids.__getitem__):
+        if fabric.kind(target) == HCA:  # an HCA's distances are its leaf's, plus its own cable
+            leaf = fabric.peer((target, 1))
+            if leaf is None:
+                continue  # its port is down: the SM routes nothing to it
+            if leaf[0] not in distance_from:
+                distance_from[leaf[0]] = _hops_from(fabric, leaf[0])
+            distance = {node: hops + 1 for node, hops in distance_from[leaf[0]].items()}
+            distance[target] = 0
+        else:
+            distance = distance_from.setdefault(target, _hops_from(fabric, target))
+        for switch in switches:
+            if switch == target:
+                tables[switch][lids[target]] = 0
+                continue
+            here = distance.get(switch)
+            if here is None:
+                continue
+            closer = [port for port, (peer, _p) in ports[switch].items()
+                      if distance.get(peer, here) == here - 1 and (fabric.kind(peer) != HCA or peer == target)]
+            if closer:
+                port = min(closer, key=lambda number: (load[switch][number], number))
+                load[switch][port] += 1
+                tables[switch][lids[target]] = port
+    return SubnetManager(lids, tables)
+
+
+def _hops_from(fabric: Fabric, start: str) -> dict[str, int]:
+    """Hops from ``start`` to every node, through switches only (a packet never transits an HCA)."""
+    found = {start: 0}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for _port, (peer, _peer_port) in fabric.ports_of(node).items():
+            if peer not in found:
+                found[peer] = found[node] + 1
+                if fabric.kind(peer) != HCA:
+                    queue.append(peer)
+    return found
+
+
+def write_lfts(fabric: Fabric, manager: SubnetManager, hca_guid: Callable[[str], str]) -> str:
+    """The tables as OpenSM's ``dump_ucast_lfts`` writes them (each destination resolved)."""
+    by_lid = {lid: node for node, lid in manager.lids.items()}
+    top = max(by_lid, default=0)
+    lines = []
+    for switch in sorted(manager.tables, key=manager.lids.__getitem__):
+        lines.append(f"Unicast lids [0-{top}] of switch Lid {manager.lids[switch]} guid 0x{switch_guid(switch)} "
+                     f"('MF0;{switch}:{SWITCH_MODEL}'):")
+        for lid, port in sorted(manager.tables[switch].items()):
+            node = by_lid[lid]
+            if fabric.kind(node) == HCA:
+                data = fabric.graph.nodes[node]
+                what = f"Channel Adapter portguid 0x{hca_guid(node)}: '{data['host']} {data['hca']}'"
+            else:
+                what = f"Switch portguid 0x{switch_guid(node)}: 'MF0;{node}:{SWITCH_MODEL}'"
+            lines.append(f"0x{lid:04x} {port:03d} # {what}")
+        lines.append(f"{top} lids dumped")
+    return "\n".join(lines) + "\n"
