@@ -51,32 +51,39 @@ def program(fabric: Fabric, hca_guid: Callable[[str], str]) -> SubnetManager:
     ports = {switch: fabric.ports_of(switch) for switch in switches}
     load = {switch: dict.fromkeys(ports[switch], 0) for switch in switches}
     tables: dict[str, dict[int, int]] = {switch: {} for switch in switches}
-    distance_from: dict[str, dict[str, int]] = {}
+    # the ports on a shortest path to a destination depend only on the switch it hangs off (an HCA's leaf) at
+    # every switch but that leaf: worked out once per such switch, then each destination balanced over them
+    toward: dict[str, dict[str, list[int]]] = {}
     for target in sorted(lids, key=lids.__getitem__):
-        if fabric.kind(target) == HCA:  # an HCA's distances are its leaf's, plus its own cable
+        anchor = target
+        if fabric.kind(target) == HCA:
             leaf = fabric.peer((target, 1))
             if leaf is None:
                 continue  # its port is down: the SM routes nothing to it
-            if leaf[0] not in distance_from:
-                distance_from[leaf[0]] = _hops_from(fabric, leaf[0])
-            distance = {node: hops + 1 for node, hops in distance_from[leaf[0]].items()}
-            distance[target] = 0
-        else:
-            distance = distance_from.setdefault(target, _hops_from(fabric, target))
-        for switch in switches:
-            if switch == target:
-                tables[switch][lids[target]] = 0
-                continue
-            here = distance.get(switch)
-            if here is None:
-                continue
-            closer = [port for port, (peer, _p) in ports[switch].items()
-                      if distance.get(peer, here) == here - 1 and (fabric.kind(peer) != HCA or peer == target)]
+            anchor = leaf[0]
+        if anchor not in toward:
+            distance = _hops_from(fabric, anchor)
+            toward[anchor] = {switch: [port for port, (peer, _p) in ports[switch].items()
+                                       if fabric.kind(peer) != HCA and distance.get(peer, -2) == distance[switch] - 1]
+                              for switch in switches if switch != anchor and switch in distance}
+        for switch, closer in toward[anchor].items():
             if closer:
                 port = min(closer, key=lambda number: (load[switch][number], number))
                 load[switch][port] += 1
                 tables[switch][lids[target]] = port
+        if anchor != target:  # the leaf sends its own HCA down its cable
+            tables[anchor][lids[target]] = fabric.peer((target, 1))[1]  # type: ignore[index]
+        else:
+            tables[target][lids[target]] = 0
     return SubnetManager(lids, tables)
+
+
+def by_design_names(fabric: Fabric, manager: SubnetManager) -> dict[str, dict[str, int]]:
+    """The tables with each HCA's LID replaced by its name: what :class:`topology.smroutes.TableRouter` routes by
+    (the controller gets the same from the dumps, through :func:`topology.smroutes.design_tables`)."""
+    hcas = {node: manager.lids[node] for node, data in fabric.graph.nodes(data=True) if data["kind"] == HCA}
+    return {switch: {hca: table[lid] for hca, lid in hcas.items() if lid in table}
+            for switch, table in manager.tables.items()}
 
 
 def _hops_from(fabric: Fabric, start: str) -> dict[str, int]:
