@@ -305,11 +305,16 @@ def read_results(paths: list[Path], router: routes.Router) -> tuple[str, list[tu
 def run_tomography(fabric: Fabric, paths: list[Path], health: list[linkhealth.CableHealth],
                    router: routes.Router | None = None) -> dict[str, Any]:
     """Suspects from end-to-end results, with the event/counter evidence as the prior, and the next tests. Flows
-    are routed by ``router`` (the subnet manager's tables where the cluster has them), else D-mod-K."""
-    router = router or routes.Router(fabric)
-    routing, tests = read_results(paths, router)
-    if routing == "tables" and not isinstance(router, TableRouter):
-        routing = "tables (not available here: the flows were routed by D-mod-K)"
+    are routed as the results file says they were: ``tables`` by ``router`` (the subnet manager's tables, where
+    the cluster has them), ``dmodk`` and ``ecmp`` by the design."""
+    design = routes.Router(fabric)
+    routing, tests = read_results(paths, design)
+    if routing == "tables" and isinstance(router, TableRouter):
+        routing, tests = read_results(paths, router)
+    else:
+        router = design
+        if routing == "tables":
+            routing = "tables (not available here: the flows were routed by D-mod-K)"
     localizer_routing = "ecmp" if routing == "ecmp" else "dmodk"
     prior = {router.index[item.cable]: 1.0 + 50.0 * min(item.score, 4.0)
              for item in health if item.klass != "healthy" and item.cable in router.index}

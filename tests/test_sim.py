@@ -761,15 +761,19 @@ def test_ib_write_bw_with_gpudirect_needs_registered_peermem(tmp_path: Path) -> 
 
 
 def test_link_quality_lists_exactly_the_flows_whose_route_crosses_a_degraded_cable(tmp_path: Path) -> None:
+    from provision.fabric_routes import routing_for
     from provision.ib_fabric import design_fabric
     from provision.sim.linkquality import flow_factors
     from provision.spec import load_spec
-    from topology.routes import Router
+    from topology.smroutes import TableRouter
 
     degraded = {"leaf-su02-r1/6": 0.5, "spine-g03-02/6": 0.4, "leaf-su01-r2/3": 0.6}  # leaf-spine, spine-core, host
     state, _ = bring_up(tmp_path, [{"kind": "degraded_link", "target": target, "params": {"factor": factor}}
                                    for target, factor in degraded.items()], hosts="sim[01-16]")
-    router = Router(design_fabric(load_spec(tmp_path / "spec.yaml")))
+    loaded = load_spec(tmp_path / "spec.yaml")
+    # the routes are the simulated subnet manager's, read back from the tables it dumped: not our D-mod-K
+    router = routing_for(loaded, design_fabric(loaded), state).router
+    assert isinstance(router, TableRouter)
     factors = {}
     for target, factor in degraded.items():
         switch, port = target.rsplit("/", 1)
@@ -782,6 +786,7 @@ def test_link_quality_lists_exactly_the_flows_whose_route_crosses_a_degraded_cab
     for flow, share in zip(flows, flow_factors(directory, flows), strict=True):
         crossed = [factors[number] for number in router.path(*flow) if number in factors]
         assert share == min(crossed, default=1.0), flow
+    assert not router.unrouted
 
 
 def test_a_pre_535_driver_knows_only_the_throttle_names_and_preflight_asks_for_those(tmp_path: Path) -> None:
