@@ -112,6 +112,9 @@ def pairings_by_distance(hosts: list[str], distance: dict[str, dict[str, int]], 
 class Router:
     """Routes of a fat tree as cable indexes, for both routing models."""
 
+    #: Whether :meth:`path` is the set of cables a flow may cross (adaptive routing), not the one path it takes.
+    adaptive = False
+
     def __init__(self, fabric: Fabric) -> None:
         self.fabric = fabric
         self.cables: list[Cable] = list(fabric.cables())
@@ -253,9 +256,59 @@ class Router:
             frontier = following
         return sorted(found)
 
+    def ecmp_shares(self, source: str, target: str) -> dict[int, float]:
+        """Every cable of :meth:`ecmp_cables` with the share of the flow's shortest paths that cross it (parallel
+        cables counted apart): the chance that a flow placed on one of those paths at random uses that cable.
+
+        Each cable is oriented from the source's side to the target's (a cable whose lower end has the source's
+        leaf below it and not the target's is climbed, any other is descended), then paths are counted from the
+        source to each cable's near end and from its far end to the target."""
+        source_leaf, target_leaf = self.leaf_of[source], self.leaf_of[target]
+        onward: dict[str, list[tuple[int, str]]] = {}
+        for number in self.ecmp_cables(source, target):
+            a, b = self.cables[number].a[0], self.cables[number].b[0]
+            low, high = (a, b) if self.rank[a] < self.rank[b] else (b, a)
+            below = self.leaves_below.get(low, frozenset())
+            climbs = low == source or (low != target and source_leaf in below and target_leaf not in below)
+            start, end = (low, high) if climbs else (high, low)
+            onward.setdefault(start, []).append((number, end))
+        to_target: dict[str, int] = {target: 1}
+
+        def ways(node: str) -> int:  # paths from node to the target (the graph is a DAG a few tiers deep)
+            if node not in to_target:
+                to_target[node] = sum(ways(end) for _number, end in onward.get(node, ()))
+            return to_target[node]
+
+        total = ways(source)
+        from_source: dict[str, int] = {source: 1}
+        for node in sorted(onward, key=lambda name: self._order(name, source_leaf)):
+            for _number, end in onward[node]:
+                from_source[end] = from_source.get(end, 0) + from_source.get(node, 0)
+        return {number: from_source.get(node, 0) * ways(end) / total if total else 0.0
+                for node, leaving in onward.items() for number, end in leaving}
+
+    def _order(self, node: str, source_leaf: str) -> tuple[int, int]:
+        """Where a node comes on the way from a source: climbing tiers first (those with the source's leaf below
+        them), then descending; what counting paths forward needs."""
+        climbing = node in self.hcas or source_leaf in self.leaves_below.get(node, frozenset())
+        return (0, self.rank[node]) if climbing else (1, -self.rank[node])
+
     def cables_of(self, flows: Iterable[Flow], routing: str = "dmodk") -> frozenset[int]:
         route = self.path if routing == "dmodk" else self.ecmp_cables
         covered: set[int] = set()
         for source, target in flows:
             covered.update(route(source, target))
         return frozenset(covered)
+
+
+class AdaptiveRouter(Router):
+    """Adaptive routing declared (``fabric.adaptive_routing``): the switches may send a flow down any shortest
+    up*/down* path, so what a flow is known to cross is every cable of those paths (:meth:`ecmp_cables`), and
+    each of them only with the share :meth:`ecmp_shares` gives. The tomography then weighs a slow test against
+    every cable its flows might have used, and a passing one clears them only in part (see
+    :class:`topology.tomography.Localizer`)."""
+
+    adaptive = True
+
+    def path(self, source: str, target: str) -> list[int]:
+        return self.ecmp_cables(source, target)

@@ -174,14 +174,20 @@ class TableRouter(Router):
                     allowed: Callable[[Flow], bool] | None = None) -> list[Flow]:
         """Up to ``count`` flows whose path by the tables crosses ``cable``: from the flows known to cross it."""
         host = self.fabric.host_end(self.cables[cable])
-        if host is not None:
-            candidates = [(host[0], target) for target in self.hcas if target != host[0]]
-        else:
-            candidates = [(rng.choice(self.hcas_on[leaf]), target) for leaf, target in self.crossing().get(cable, [])]
-            candidates = [(source, target) for source, target in candidates if source != target]
-        rng.shuffle(candidates)
-        flows = [flow for flow in candidates[:tries * count] if allowed is None or allowed(flow)]
-        return flows[:count]
+        crossing = self.crossing().get(cable, []) if host is None else []
+        known = len(self.hcas) if host is not None else len(crossing)
+        flows: list[Flow] = []
+        for pick in rng.sample(range(known), min(known, tries * count)):  # a sample, not the whole list shuffled
+            if host is not None:
+                flow = (host[0], self.hcas[pick])
+            else:
+                leaf, target = crossing[pick]
+                flow = (rng.choice(self.hcas_on[leaf]), target)
+            if flow[0] != flow[1] and (allowed is None or allowed(flow)):
+                flows.append(flow)
+                if len(flows) >= count:
+                    break
+        return flows
 
     def crossing(self) -> dict[int, list[tuple[str, str]]]:
         """Cable → the (source leaf, target HCA) whose path crosses it after the source's own cable (every HCA of

@@ -8,9 +8,12 @@ routes cross. Two routing models give those cables:
   a switch picks its ``(d // K_below) mod K``-th uplink for destination index ``d``; going down, the
   only switch above the destination, parallel cables again by ``d``. Each flow is one path, so tests
   can separate two uplinks of one leaf;
-* ``ecmp``: adaptive routing, any shortest up*/down* path; a flow exercises all of them. Cables that
-  every test crosses together (a leaf's uplinks) are then indistinguishable, and are reported as a
-  group rather than guessed apart.
+* ``ecmp``: adaptive routing (or a :class:`topology.routes.AdaptiveRouter`), any shortest up*/down*
+  path; the switches spray a flow over all of them, so each cable carries only its share of the flow. A
+  slow test implicates every cable its flows crossed, weighted by the largest share one of them put on it
+  (a degraded cable slows a flow only where that share outweighs what it still carries), and a passing
+  test clears them only as far: more tests to the same confidence. Cables that every test crosses
+  together (a leaf's uplinks) are indistinguishable, and are reported as a group rather than guessed apart.
 
 Inference is noisy group testing (a test fails when it crosses a bad cable; a healthy test fails
 with probability ``false_fail``, a bad one passes with ``false_pass``). The bad cables are found
@@ -30,6 +33,14 @@ from dataclasses import dataclass, field
 
 from topology.model import Cable
 from topology.routes import Flow, Router
+
+#: Under adaptive routing, how degraded a bad cable may be, as the smallest share of a flow it must carry to slow
+#: it (a cable down to half its rate slows a flow it carries half of); equally likely a priori.
+SEVERITIES = tuple(2.0 ** -power for power in range(11))
+#: Under adaptive routing, how many of the flows leaning on a suspect most are weighed for the one added to a test.
+TIES = 8
+#: Under adaptive routing, the information (bits) below which a proposed test is not worth running.
+EXHAUSTED = 0.01
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,13 @@ class Localizer:
         self._fail_in = math.log(1 - self.false_pass) - math.log(self.false_fail)
         self._pass_in = math.log(self.false_pass) - math.log(1 - self.false_fail)
         self._flows_through: dict[int, list[tuple[Flow, list[int]]]] | None = None
+        #: Under adaptive routing a cable carries only a share of each flow through it, and slows the flows whose
+        #: share outweighs what it still carries: how degraded it is (a threshold share) is unknown but the same for
+        #: every test, so each cable's evidence is kept per threshold in ``SEVERITIES`` and summed over them.
+        self._spread = self.routing == "ecmp" or self.router.adaptive
+        self._levels = SEVERITIES if self._spread else (1.0,)
+        self._shares: dict[Flow, dict[int, float]] = {}
+        self._exposures: dict[Test, dict[int, float]] = {}
         self._reset_round()
 
     # -- posterior -------------------------------------------------------------------------------
@@ -88,6 +106,8 @@ class Localizer:
         """A new round: every result that crosses no found cable still speaks about the remaining ones."""
         self.log_weight = list(self._base)
         self.log_cleared = [0.0] * len(self._base)  # evidence from passing tests alone: true exoneration
+        self._by_level: dict[int, list[float]] = {}  # adaptive routing: a cable's evidence per severity
+        self._tails: dict[int, list[float]] = {}
         clean = self.first_round_clean if not self.found else self.later_round_clean
         self.log_clean = math.log(clean / (1 - clean) * self._prior_mass)
         found = set(self.found) | {twin for cable in self.found for twin in self.twins.get(cable, ())}
@@ -100,11 +120,63 @@ class Localizer:
     def _absorb(self, result: Result) -> None:
         """Likelihood ratios relative to "the bad cable is outside this test" (which includes "none left")."""
         inside = self._fail_in if result.failed else self._pass_in
+        if not self._spread:
+            for cable in result.test.cables:
+                self.log_weight[cable] += inside
+                if not result.failed:
+                    self.log_cleared[cable] += inside
+            return
+        exposure = self.exposure(result.test)
         for cable in result.test.cables:
-            self.log_weight[cable] += inside
+            if self.log_weight[cable] == -math.inf:
+                continue
+            levels = self._by_level.setdefault(cable, [0.0] * len(self._levels))
+            self._tails.pop(cable, None)
+            share = exposure.get(cable, 0.0)
+            for number, threshold in enumerate(self._levels):
+                if share >= threshold * (1 - 1e-9):  # this severity slows a flow leaning on it this much
+                    levels[number] += inside
+            top = max(levels)
+            self.log_weight[cable] = self._base[cable] + top + math.log(
+                sum(math.exp(value - top) for value in levels) / len(levels))
             if not result.failed:
-                self.log_cleared[cable] += inside
+                self.log_cleared[cable] = self.log_weight[cable] - self._base[cable]
 
+    def exposure(self, test: Test) -> dict[int, float]:
+        """Per cable of the test, the largest share of one of its flows that the cable carries (adaptive routing
+        sprays a flow over all its shortest paths, :meth:`topology.routes.Router.ecmp_shares`): a degraded cable
+        slows the test if it slows the flow leaning on it most."""
+        if test not in self._exposures:
+            found: dict[int, float] = {}
+            for flow in test.flows:
+                for cable, share in self._shares_of(flow).items():
+                    found[cable] = max(found.get(cable, 0.0), share)
+            self._exposures[test] = found
+        return self._exposures[test]
+
+    def _slows(self, cable: int, share: float) -> float:
+        """The chance that ``cable``, if it is the bad one, slows a flow it carries ``share`` of: over the
+        severities its evidence so far allows (the weights of every severity at or above the share's, worked out
+        once per round of evidence)."""
+        if share <= 0:
+            return 0.0
+        tails = self._tails.get(cable)
+        if tails is None:
+            levels = self._by_level.get(cable, [0.0] * len(self._levels))
+            top = max(levels)
+            weights = [math.exp(value - top) for value in levels]
+            total = sum(weights)
+            tails = [sum(weights[number:]) / total for number in range(len(weights))] + [0.0]
+            self._tails[cable] = tails
+        level = 0 if share >= 1 else min(len(self._levels), math.ceil(-math.log2(share) - 1e-9))
+        return tails[level]
+
+    def _shares_of(self, flow: Flow) -> dict[int, float]:
+        if flow not in self._shares:
+            self._shares[flow] = self.router.ecmp_shares(*flow)
+        return self._shares[flow]
+
+    # -- test design -----------------------------------------------------------------------------
     def posterior(self) -> tuple[list[float], float]:
         top = max(max(self.log_weight), self.log_clean)
         weights = [math.exp(value - top) for value in self.log_weight]
@@ -169,7 +241,6 @@ class Localizer:
     def done(self) -> bool:
         return self.posterior()[1] >= self.confidence
 
-    # -- test design -----------------------------------------------------------------------------
     def _pool(self) -> dict[int, list[tuple[Flow, list[int]]]]:
         """Candidate flows indexed by the cables they cross: every HCA to a few random peers, plus flows
         aimed at each cable that random peers left with fewer than ``min_flows`` (a cable with a single flow
@@ -203,6 +274,8 @@ class Localizer:
         """The test that splits the posterior mass most evenly, built from pooled flows around the heaviest
         suspects (an even split is the most informative yes/no question)."""
         probabilities, _clean = self.posterior()
+        if self._spread:
+            return self._propose_spread(probabilities)
         # Collateral (a cable a flow crosses besides the one it is for) costs what the cable would weigh if
         # only passing tests counted: a cable is not cleared merely because a failing test left it out, since
         # more than one cable may be bad. Tests then avoid dragging in cables nothing has exonerated.
@@ -230,6 +303,58 @@ class Localizer:
                 sum(probabilities[cable] for cable in test.cables)):
             return alternative
         return test
+
+    def _propose_spread(self, probabilities: list[float]) -> Test:
+        """Under adaptive routing a flow leans on each suspect only with its share, so the posterior mass inside
+        a test is weighed by the largest share of a flow each cable carries, and each suspect gets the flow that
+        leans on it most."""
+        order = sorted(range(len(probabilities)), key=probabilities.__getitem__, reverse=True)
+        test, mass = self._build_spread(probabilities, order, set())
+        if self._information(mass) < 0.1 and order:
+            heavy = [cable for cable in order[1:] if probabilities[cable] >= 1e-4]  # the leader's companions
+            alternative, alternative_mass = self._build_spread(probabilities, heavy, {order[0]})
+            if alternative.flows and self._information(alternative_mass) > self._information(mass):
+                test, mass = alternative, alternative_mass
+        # What is left may be a cable degraded less than its share of any flow we can send: no pair test can
+        # show it, so once a test would tell almost nothing, there is no test to propose (never one that cannot
+        # fail, asked for ever).
+        return test if self._information(mass) >= EXHAUSTED else Test((), frozenset())
+
+    def _build_spread(self, probabilities: list[float], order: list[int], without: set[int]) -> tuple[Test, float]:
+        through = self._pool()
+        avoid = set(self.found) | without
+        exposure: dict[int, float] = {}
+        flows: list[Flow] = []
+        chosen: set[Flow] = set()
+        mass = 0.0  # by the posterior, the chance that the test holds the next bad cable and it slows a flow
+        for cable in order:
+            if mass >= 0.5 - 1e-3 or probabilities[cable] <= 0:
+                break
+            if cable in avoid:
+                continue
+            # the flows that lean on this cable most; of those (a few), the one that adds least elsewhere
+            leaning: list[tuple[float, Flow]] = []
+            for flow, cables in through.get(cable, ()):
+                if flow not in chosen and not avoid.intersection(cables):
+                    leaning.append((self._shares_of(flow).get(cable, 0.0), flow))
+            most = max((share for share, _flow in leaning), default=0.0)
+            if most <= exposure.get(cable, 0.0):
+                continue
+            best, best_gain = None, 0.0
+            for _share, flow in [item for item in leaning if item[0] >= most * (1 - 1e-9)][:TIES]:
+                gain = sum(probabilities[other] * (self._slows(other, share) - self._slows(
+                    other, exposure.get(other, 0.0))) for other, share in self._shares[flow].items()
+                    if share > exposure.get(other, 0.0) and probabilities[other] > 0)
+                if (not flows or mass + gain <= 0.75 + 1e-12) and (best is None or gain < best_gain):
+                    best, best_gain = flow, gain
+            if best is None:
+                continue
+            flows.append(best)
+            chosen.add(best)
+            mass += best_gain
+            for other, share in self._shares[best].items():
+                exposure[other] = max(exposure.get(other, 0.0), share)
+        return Test(tuple(flows), frozenset(exposure)), mass
 
     def _information(self, mass: float) -> float:
         return outcome_information(mass, self.false_fail, self.false_pass)

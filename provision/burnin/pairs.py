@@ -29,7 +29,7 @@ from provision.burnin.launch import free_port
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.cable_health import cable_key
 from provision.checks.outcome import CheckResult, Outcome
-from provision.fabric_routes import routing_for
+from provision.fabric_routes import Routing, routing_for
 from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
 from provision.ib_fabric import design_fabric
 from provision.observe import HostSession, open_session
@@ -250,14 +250,14 @@ def run_pairs_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Pa
     routing = routing_for(loaded, design_fabric(loaded), state_dir)
     runner = PairRunner(loaded, nodes, state_dir, seed=seed)
     try:
-        return _run(loaded, nodes, runner, routing.router, seed=seed, evidence_dir=evidence_dir,
-                    basis=routing.basis)
+        return _run(loaded, nodes, runner, routing, seed=seed, evidence_dir=evidence_dir)
     finally:
         runner.close()
 
 
-def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, router: routes.Router, *, seed: int,
-         evidence_dir: Path, basis: str = "the design's D-mod-K") -> PairsReport:
+def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, routing: Routing, *, seed: int,
+         evidence_dir: Path) -> PairsReport:
+    router, basis = routing.router, routing.basis
     plan = pairing.schedule(router, runner.rails, seed=seed)
     measurements: list[Measurement] = []
     for number, tests in enumerate(plan.rounds, 1):
@@ -292,7 +292,7 @@ def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, rout
     for suspect in report.fabric_suspects:  # a cable named by tomography says which routes it assumed
         suspect["routing"] = basis
     report.summary = {
-        "routing": basis,
+        "routing": basis, "routing_mode": routing.mode,
         "rounds": runner.rounds, "sweep_rounds_count": len(plan.rounds), "measurements": len(measurements),
         "adaptive_proposals": proposals, "adaptive_measurements": adaptive,
         "localizer_done": bool(localizer.results) and localizer.done(),
@@ -300,12 +300,28 @@ def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, rout
         "coverage": {"switch_cables_coverable": len(plan.coverable), "covered": len(plan.covered),
                      "not_covered": sorted(cable_key(router.cables[number]) for number in plan.uncovered)},
         "sweep_rounds": [[list(test) for test in tests] for tests in plan.rounds],
+        **({"naming": _adaptive_naming(router, measurements)} if router.adaptive else {}),
         "fabric_suspects": report.fabric_suspects,
         "unexplained": [measurement.describe() for measurement in measurements
                         if measurement.at_fault is None and not measurement.passed
                         and not _explained(measurement, router, suspects)]}
     _write(evidence_dir, measurements, report.summary)
     return report
+
+
+def _adaptive_naming(router: routes.Router, measurements: list[Measurement]) -> str:
+    """What adaptive routing costs the naming, in figures of this run: how many paths a measured flow could take,
+    and how little a single flow says about any one cable of them."""
+    flows = list(dict.fromkeys(flow for measurement in measurements if measurement.at_fault is None
+                               for flow in measurement.flows))
+    if not flows:
+        return "adaptive routing: no flow was measured"
+    shares = [router.ecmp_shares(*flow) for flow in flows]
+    tier_paths = statistics.median(round(1 / min(flow_shares.values())) for flow_shares in shares)
+    return (f"adaptive routing: a measured flow could take any of a median {tier_paths:g} min-hop paths, so a slow "
+            "test implicates every cable of them, each as far as a flow leant on it, and a passing test clears "
+            "them only as far; a cable is named only once slow tests agree on it, cables that every flow crosses "
+            "together are named as one group, and one degraded less than its share of every flow cannot be seen")
 
 
 def _settled(localizer: tomography.Localizer, measurements: list[Measurement]) -> bool:
@@ -417,8 +433,7 @@ def _write(directory: Path, measurements: list[Measurement], summary: dict[str, 
     tests = [{"flows": [list(flow) for flow in measurement.flows], "passed": measurement.passed,
               "gbps": measurement.gbps, "threshold_gbps": measurement.threshold_gbps, "round": measurement.label}
              for measurement in measurements if measurement.at_fault is None]
-    routing = "tables" if str(summary.get("routing", "")).startswith("the subnet manager's") else "dmodk"
-    (directory / RESULTS_FILE).write_text(json.dumps({"routing": routing, "tests": tests}, indent=1))
+    (directory / RESULTS_FILE).write_text(json.dumps({"routing": summary["routing_mode"], "tests": tests}, indent=1))
     (directory / "pairs-report.json").write_text(json.dumps(
         {**summary, "measured": [measurement.describe() for measurement in measurements]}, indent=1))
 

@@ -90,7 +90,11 @@ def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directo
     simulated subnet manager's own tables give through the as-built fabric (:mod:`provision.sim.subnet_manager`:
     LIDs by GUID, min-hop), not our D-mod-K, so a tomography that assumed the wrong routes blames the wrong cable.
     After its own cable a route depends only on the source's leaf and the target, so crossings are listed as
-    (source leaf, target HCA). A host's own cable is crossed by every flow from or to that HCA.
+    (source leaf, target HCA). A host's own cable is crossed by every flow from or to that HCA. With
+    ``fabric.adaptive_routing`` the switches spray each stream over their adaptive-routing groups
+    (:meth:`provision.sim.subnet_manager.SubnetManager.adaptive_shares`): every flow with a share of the cable is
+    listed with that share, and runs at ``factor / share`` of the rate (a degraded cable carrying a sixteenth of a
+    stream at half rate slows it not at all; one at 2% slows every flow it carries).
     """
     degraded = [fault for fault in faults if fault["kind"] == "degraded_link"]
     directory.mkdir(parents=True, exist_ok=True)
@@ -100,6 +104,7 @@ def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directo
         return path
     fabric = as_built(loaded, [fault for fault in faults if fault["kind"] in CABLE_FAULTS])
     seed = loaded.spec.simulation.seed if loaded.spec.simulation else 0
+    adaptive = loaded.spec.fabric is not None and loaded.spec.fabric.adaptive_routing
     manager = subnet_manager.program(fabric, lambda node: hca_guid(seed, *node.split("/", 1)))
     hcas = sorted(node for node, data in fabric.graph.nodes(data=True) if data["kind"] == HCA)
     leaf_of = {hca: peer[0] for hca in hcas if (peer := fabric.peer((hca, 1)))}
@@ -110,6 +115,8 @@ def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directo
         host = fabric.host_end(cable)
         if host:
             entry["hca"] = host[0]
+        elif adaptive:
+            entry["flows"] = _adaptive_crossings(fabric, manager, leaf_of, cable)
         else:
             entry["from_leaf_to"] = _crossings(fabric, manager, leaf_of, cable)
         entries.append(entry)
@@ -133,3 +140,18 @@ def _crossings(fabric: Fabric, manager: subnet_manager.SubnetManager, leaf_of: d
                 found.append([leaf, target])
     return found
 
+
+
+def _adaptive_crossings(fabric: Fabric, manager: subnet_manager.SubnetManager, leaf_of: dict[str, str],
+                        cable: Cable) -> list[list[str | float]]:
+    """(source HCA, target HCA, share) for every flow adaptive routing sprays partly over ``cable``, a cable between
+    two switches: the share of the flow's packets it carries."""
+    found: list[list[str | float]] = []
+    for source in sorted(leaf_of):
+        for target in sorted(leaf_of):
+            if target != source:
+                share = sum(value for hop, value in manager.adaptive_shares(fabric, source, target).items()
+                            if fabric.cable_at(hop) == cable)
+                if share > 0:
+                    found.append([source, target, round(share, 6)])
+    return found

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from topology.model import HCA, Fabric
 from topology.writer import SWITCH_MODEL, switch_guid
@@ -26,6 +26,8 @@ DUMP = "opensm-lfts.dump"
 class SubnetManager:
     lids: dict[str, int]  # node -> LID (a switch's port 0, an HCA's port 1)
     tables: dict[str, dict[int, int]]  # switch -> LID -> out port (0: the switch itself)
+    #: Adaptive routing's groups: per destination leaf (or switch), per switch, every port on a shortest path
+    groups: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
     def path(self, fabric: Fabric, source: str, target: str) -> list[tuple[str, int]]:
         """The ports a packet leaves by, from HCA ``source`` to HCA ``target``, by the tables."""
@@ -40,6 +42,34 @@ class SubnetManager:
             hops.append((node[0], out))
             node = fabric.peer((node[0], out))
         raise ValueError(f"the simulated SM's tables do not take {source} to {target}")
+
+    def adaptive_shares(self, fabric: Fabric, source: str, target: str) -> dict[tuple[str, int], float]:
+        """The share of a stream from ``source`` to ``target`` that leaves by each port under adaptive routing:
+        every switch sprays its packets evenly over its group of ports toward the target (what AR does while no
+        port is congested), so the shares split at each hop and add where paths meet again."""
+        leaf = fabric.peer((target, 1))
+        if leaf is None:
+            raise ValueError(f"{target}'s port is down: the SM routes nothing to it")
+        first = fabric.peer((source, 1))
+        shares: dict[tuple[str, int], float] = {(source, 1): 1.0}
+        arriving: dict[str, float] = {first[0]: 1.0} if first else {}
+        for _ in range(len(self.tables) + 1):
+            if not arriving:
+                break
+            following: dict[str, float] = {}
+            for node, share in arriving.items():
+                if node == target:
+                    continue
+                group = [leaf[1]] if node == leaf[0] else self.groups[leaf[0]][node]
+                for out in group:
+                    shares[(node, out)] = shares.get((node, out), 0.0) + share / len(group)
+                    peer = fabric.peer((node, out))
+                    if peer is not None:
+                        following[peer[0]] = following.get(peer[0], 0.0) + share / len(group)
+            arriving = following
+            if set(arriving) == {target}:
+                return shares
+        raise ValueError(f"the simulated SM's adaptive groups do not take {source} to {target}")
 
 
 def program(fabric: Fabric, hca_guid: Callable[[str], str]) -> SubnetManager:
@@ -75,7 +105,7 @@ def program(fabric: Fabric, hca_guid: Callable[[str], str]) -> SubnetManager:
             tables[anchor][lids[target]] = fabric.peer((target, 1))[1]  # type: ignore[index]
         else:
             tables[target][lids[target]] = 0
-    return SubnetManager(lids, tables)
+    return SubnetManager(lids, tables, toward)
 
 
 def by_design_names(fabric: Fabric, manager: SubnetManager) -> dict[str, dict[str, int]]:

@@ -326,6 +326,9 @@ class FabricDesign(Strict):
     #: The SM's forwarding tables and the discovery they route over (without: the simulated fabric's own, or the
     #: design's D-mod-K).
     routing_tables: RoutingTables | None = None
+    #: The switches route adaptively (NVIDIA AR / SHIELD groups): a flow may take any min-hop path, so the
+    #: tomography weighs every cable of those paths (the tables, if given, are then only AR's static fallback).
+    adaptive_routing: bool = False
 
     @field_validator("oversubscription")
     @classmethod
