@@ -1,7 +1,7 @@
 """Parse the unicast forwarding tables (LFTs) the subnet manager programmed into each switch, as the tools dump them.
 
 Which cables a flow crosses is decided by these tables, not by our design's D-mod-K: OpenSM or UFM numbers the LIDs
-in its own order and fills each switch's table by its routing engine. Two dumps say the same thing:
+in its own order and fills each switch's table by its routing engine. Three dumps say the same thing:
 
 - ``dump_fts`` (every switch of an ibnetdiscover scan) and ``ibroute <switch>`` from infiniband-diags::
 
@@ -16,6 +16,17 @@ in its own order and fills each switch's table by its routing engine. Two dumps 
       Unicast lids [0-6] of switch Lid 2 guid 0x0002c90300a1b2c0 ('leaf-1'):
       0x0001 001 # Channel Adapter portguid 0x0002c90300d4e5f1: 'gpu01 mlx5_0'
       6 lids dumped
+
+- ibdiagnet's ``ibdiagnet2.fdbs`` (``ibdiagnet -r``; the stanza OpenSM's older ``osm_ucast_mgr`` dump used)::
+
+      osm_ucast_mgr_dump_ucast_routes: Switch 0x0002c90300a1b2c0
+      LID    : Port : Hops : Optimal
+      0x0001 : 001  : 01   : yes
+      0x0009 : UNREACHABLE
+
+  No destination is resolved (the LIDs are read from the discovery) and no count closes a table, so a table cut
+  short cannot be told from a short one; newer releases put a ``PLFT_NUM: n`` line before each private LFT of a
+  split NDR switch, and only table 0 (the one the SM routes by) is kept.
 
 The destination of each LID is kept when the dump resolved it (``-n`` dumps none): it names the port GUID, and so
 the LID of every port the dump reached. A table cut short (no closing count, or fewer entries than it counts) is
@@ -36,6 +47,12 @@ _RESOLVED = re.compile(r"^\(?(Channel Adapter|Switch|Router) portguid (0x[0-9a-f
 _FOOTER = re.compile(r"^(\d+) (?:valid )?lids dumped\s*$")
 _COLUMNS = ("Lid  Out   Destination", "Port     Info")
 _KIND = {"Channel Adapter": "ca", "Switch": "switch", "Router": "router"}
+
+
+_IBDIAG_HEADER = re.compile(r"^osm_ucast_mgr_dump_ucast_routes:\s+Switch\s+(0x[0-9a-fA-F]+)$")
+_IBDIAG_COLUMNS = re.compile(r"^LID\s*:\s*Port\b")
+_IBDIAG_ENTRY = re.compile(r"^(0x[0-9a-fA-F]{1,4})\s*:\s*(?:(\d{1,3})\s*:\s*\d+\s*:\s*(?:yes|no)|(UNREACHABLE))$")
+_PLFT = re.compile(r"^PLFT_NUM:\s*(\d+)$")
 
 
 class LftError(LineError):
@@ -65,7 +82,7 @@ class SwitchTable:
 @dataclass
 class ForwardingTables:
     switches: dict[str, SwitchTable] = field(default_factory=dict)  # by node GUID
-    format: str = ""  # infiniband-diags | opensm
+    format: str = ""  # infiniband-diags | opensm | ibdiagnet
 
     def lid_of_port(self) -> dict[str, int]:
         """Every port GUID the dump resolved, and its LID (the base LID: LMC's extra LIDs name paths, not ports)."""
@@ -86,7 +103,10 @@ def _unfinished(table: SwitchTable) -> LftError:
 
 
 def parse_lfts(text: str) -> ForwardingTables:
-    """Either dump, detected by its header's description (``(desc)`` or ``('desc')``) and entries (``:`` or ``#``)."""
+    """Any of the three dumps: ibdiagnet's by its stanza headers, the other two by their header's description
+    (``(desc)`` or ``('desc')``) and entries (``:`` or ``#``)."""
+    if re.search(r"^\s*osm_ucast_mgr_dump_ucast_routes:", text, re.MULTILINE):
+        return _parse_ibdiagnet(text)
     tables = ForwardingTables()
     current: SwitchTable | None = None
     entries = top = 0
@@ -137,4 +157,34 @@ def parse_lfts(text: str) -> ForwardingTables:
         raise _unfinished(current)
     if not tables.switches:
         raise LftError("no switch's forwarding table in the file (not dump_fts, ibroute or OpenSM's LFT dump)", 1)
+    return tables
+
+
+def _parse_ibdiagnet(text: str) -> ForwardingTables:
+    tables = ForwardingTables(format="ibdiagnet")
+    current: SwitchTable | None = None
+    plft = 0
+    for number, raw in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#") or _IBDIAG_COLUMNS.match(line):
+            continue
+        if header := _IBDIAG_HEADER.match(line):
+            current, plft = SwitchTable(_guid(header.group(1)), "", number), 0
+            if current.guid in tables.switches:
+                raise LftError(f"switch {current.guid} has a second table", number)
+            tables.switches[current.guid] = current
+            continue
+        if plft_line := _PLFT.match(line):
+            plft = int(plft_line.group(1))
+            continue
+        entry = _IBDIAG_ENTRY.match(line)
+        if entry is None:
+            raise LftError(f"not an ibdiagnet forwarding-table line: {line[:80]!r}", number)
+        if current is None:
+            raise LftError("an LFT entry before any switch's header (osm_ucast_mgr_dump_ucast_routes: Switch ...)",
+                           number)
+        if plft == 0 and entry.group(2) is not None:  # UNREACHABLE: the SM has no route to the LID
+            current.out_port[int(entry.group(1), 16)] = int(entry.group(2))
+    if not tables.switches:
+        raise LftError("no switch's forwarding table in the file", 1)
     return tables

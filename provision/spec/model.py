@@ -303,8 +303,9 @@ class LinkHealth(Strict):
 
 class RoutingTables(Strict):
     """``fabric.routing_tables``: the subnet manager's forwarding tables as the tools dump them (``dump_fts`` /
-    ``ibroute`` output, or OpenSM's ``opensm-lfts.dump``) and the ``ibnetdiscover`` output of the same sweep, both
-    relative to the spec file: the pair tests, the tomography and the rechecks then route by the SM's own tables."""
+    ``ibroute`` output, OpenSM's ``opensm-lfts.dump`` or ibdiagnet's ``ibdiagnet2.fdbs``) and the ``ibnetdiscover``
+    output of the same sweep, both relative to the spec file: the pair tests, the tomography and the rechecks then
+    route by the SM's own tables."""
 
     lfts: Path
     discovery: Path
