@@ -68,10 +68,12 @@ def test_ibdiagnet_keeps_the_sms_table_of_a_split_switch_and_routes_nothing_unre
     with pytest.raises(LftError) as caught:
         parse_lfts(text + "0x0004 : 0\n")
     assert caught.value.line == 11 and "not an ibdiagnet forwarding-table line" in caught.value.message
+    # a split switch's header again before its next private table is the same switch; without one, a second table
+    split = text.replace("PLFT_NUM: 1\n", "osm_ucast_mgr_dump_ucast_routes: Switch 0x2c90300a1b2c0\nPLFT_NUM: 1\n")
+    assert parse_lfts(split).switches[LEAF1].out_port == {1: 2}
     with pytest.raises(LftError) as caught:
-        parse_lfts(text.replace("osm_ucast_mgr_dump_ucast_routes: Switch 0x2c90300a1b2c0", "osm_ucast_mgr_dump_"
-                                "ucast_routes: Switch 0x2c90300a1b2c0\n0x0009 : 001  : 01   : yes\n"
-                                "osm_ucast_mgr_dump_ucast_routes: Switch 0x2c90300a1b2c0"))
+        parse_lfts(text + "osm_ucast_mgr_dump_ucast_routes: Switch 0x2c90300a1b2c0\n0x0005 : 001  : 01   : yes\n")
+    assert caught.value.line == 11
     assert "has a second table" in caught.value.message
 
 

@@ -17,7 +17,7 @@ in its own order and fills each switch's table by its routing engine. Three dump
       0x0001 001 # Channel Adapter portguid 0x0002c90300d4e5f1: 'gpu01 mlx5_0'
       6 lids dumped
 
-- ibdiagnet's ``ibdiagnet2.fdbs`` (``ibdiagnet -r``; the stanza OpenSM's older ``osm_ucast_mgr`` dump used)::
+- ibdiagnet's ``ibdiagnet2.fdbs`` (``ibdiagnet -r``)::
 
       osm_ucast_mgr_dump_ucast_routes: Switch 0x0002c90300a1b2c0
       LID    : Port : Hops : Optimal
@@ -26,7 +26,9 @@ in its own order and fills each switch's table by its routing engine. Three dump
 
   No destination is resolved (the LIDs are read from the discovery) and no count closes a table, so a table cut
   short cannot be told from a short one; newer releases put a ``PLFT_NUM: n`` line before each private LFT of a
-  split NDR switch, and only table 0 (the one the SM routes by) is kept.
+  split NDR switch, and only table 0 (the one the SM routes by) is kept. Whether such a switch's header repeats
+  before each of its tables is not documented where we looked: a repeated header is taken as the same switch's
+  next table when a ``PLFT_NUM`` line follows it, and refused otherwise.
 
 The destination of each LID is kept when the dump resolved it (``-n`` dumps none): it names the port GUID, and so
 the LID of every port the dump reached. A table cut short (no closing count, or fewer entries than it counts) is
@@ -169,14 +171,16 @@ def _parse_ibdiagnet(text: str) -> ForwardingTables:
         if not line or line.startswith("#") or _IBDIAG_COLUMNS.match(line):
             continue
         if header := _IBDIAG_HEADER.match(line):
-            current, plft = SwitchTable(_guid(header.group(1)), "", number), 0
-            if current.guid in tables.switches:
-                raise LftError(f"switch {current.guid} has a second table", number)
-            tables.switches[current.guid] = current
+            guid = _guid(header.group(1))
+            repeated = guid in tables.switches
+            current = tables.switches.setdefault(guid, SwitchTable(guid, "", number))
+            plft = -number if repeated else 0  # a repeated header must say which private table follows
             continue
         if plft_line := _PLFT.match(line):
             plft = int(plft_line.group(1))
             continue
+        if plft < 0 and current is not None:
+            raise LftError(f"switch {current.guid} has a second table", -plft)
         entry = _IBDIAG_ENTRY.match(line)
         if entry is None:
             raise LftError(f"not an ibdiagnet forwarding-table line: {line[:80]!r}", number)

@@ -290,7 +290,7 @@ class Router:
     def _order(self, node: str, source_leaf: str) -> tuple[int, int]:
         """Where a node comes on the way from a source: climbing tiers first (those with the source's leaf below
         them), then descending; what counting paths forward needs."""
-        climbing = node in self.hcas or source_leaf in self.leaves_below.get(node, frozenset())
+        climbing = self.rank[node] == 0 or source_leaf in self.leaves_below.get(node, frozenset())
         return (0, self.rank[node]) if climbing else (1, -self.rank[node])
 
     def cables_of(self, flows: Iterable[Flow], routing: str = "dmodk") -> frozenset[int]:

@@ -35,7 +35,8 @@ from topology.model import Cable
 from topology.routes import Flow, Router
 
 #: Under adaptive routing, how degraded a bad cable may be, as the smallest share of a flow it must carry to slow
-#: it (a cable down to half its rate slows a flow it carries half of); equally likely a priori.
+#: it past the pass mark (a cable left with a fraction f of its rate slows the flows putting more than about f of
+#: themselves on it); equally likely a priori.
 SEVERITIES = tuple(2.0 ** -power for power in range(11))
 #: Under adaptive routing, how many of the flows leaning on a suspect most are weighed for the one added to a test.
 TIES = 8
@@ -110,7 +111,7 @@ class Localizer:
         self._tails: dict[int, list[float]] = {}
         clean = self.first_round_clean if not self.found else self.later_round_clean
         self.log_clean = math.log(clean / (1 - clean) * self._prior_mass)
-        found = set(self.found) | {twin for cable in self.found for twin in self.twins.get(cable, ())}
+        found = self._excluded()
         for cable in found:
             self.log_weight[cable] = -math.inf
         for result in self.results:
@@ -139,8 +140,7 @@ class Localizer:
             top = max(levels)
             self.log_weight[cable] = self._base[cable] + top + math.log(
                 sum(math.exp(value - top) for value in levels) / len(levels))
-            if not result.failed:
-                self.log_cleared[cable] = self.log_weight[cable] - self._base[cable]
+            # (log_cleared is the cost of collateral in D-mod-K's test design; the spread design does not use it)
 
     def exposure(self, test: Test) -> dict[int, float]:
         """Per cable of the test, the largest share of one of its flows that the cable carries (adaptive routing
@@ -187,9 +187,13 @@ class Localizer:
     def record(self, test: Test, failed: bool) -> None:
         result = Result(test, failed)
         self.results.append(result)
-        if not (test.cables & set(self.found)):
+        if not (test.cables & self._excluded()):  # as _reset_round will count it: the same posterior either way
             self._absorb(result)
         self._settle()
+
+    def _excluded(self) -> set[int]:
+        """The found cables and the cables no test can tell from them: a result crossing any says nothing more."""
+        return set(self.found) | {twin for cable in self.found for twin in self.twins.get(cable, ())}
 
     def _settle(self) -> None:
         """Promote a cable past the confidence bar to found, and start the next round."""
@@ -322,7 +326,7 @@ class Localizer:
 
     def _build_spread(self, probabilities: list[float], order: list[int], without: set[int]) -> tuple[Test, float]:
         through = self._pool()
-        avoid = set(self.found) | without
+        avoid = self._excluded() | without
         exposure: dict[int, float] = {}
         flows: list[Flow] = []
         chosen: set[Flow] = set()

@@ -309,6 +309,10 @@ def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, rout
     return report
 
 
+#: Flows whose min-hop paths are counted for the report's sentence on adaptive routing (a BFS each).
+NAMING_SAMPLE = 64
+
+
 def _adaptive_naming(router: routes.Router, measurements: list[Measurement]) -> str:
     """What adaptive routing costs the naming, in figures of this run: how many paths a measured flow could take,
     and how little a single flow says about any one cable of them."""
@@ -316,9 +320,9 @@ def _adaptive_naming(router: routes.Router, measurements: list[Measurement]) -> 
                                for flow in measurement.flows))
     if not flows:
         return "adaptive routing: no flow was measured"
-    shares = [router.ecmp_shares(*flow) for flow in flows]
-    tier_paths = statistics.median(round(1 / min(flow_shares.values())) for flow_shares in shares)
-    return (f"adaptive routing: a measured flow could take any of a median {tier_paths:g} min-hop paths, so a slow "
+    counted = [found.paths for flow in flows[:NAMING_SAMPLE] if (found := routes.route(router.fabric, *flow))]
+    paths = statistics.median(counted) if counted else 1
+    return (f"adaptive routing: a measured flow could take any of a median {paths:g} min-hop paths, so a slow "
             "test implicates every cable of them, each as far as a flow leant on it, and a passing test clears "
             "them only as far; a cable is named only once slow tests agree on it, cables that every flow crosses "
             "together are named as one group, and one degraded less than its share of every flow cannot be seen")
@@ -339,7 +343,10 @@ def _settled(localizer: tomography.Localizer, measurements: list[Measurement]) -
     for measurement in measurements:
         if measurement.at_fault is not None:
             continue
-        if measurement.passed:
+        if measurement.passed and localizer.router.adaptive:  # it clears only what it put itself wholly on
+            cleared |= {cable for flow in measurement.flows
+                        for cable, share in localizer.router.ecmp_shares(*flow).items() if share >= 1.0 - 1e-9}
+        elif measurement.passed:
             cleared |= measurement.cables
         elif not measurement.cables & named:
             return False
