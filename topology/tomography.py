@@ -176,7 +176,6 @@ class Localizer:
             self._shares[flow] = self.router.ecmp_shares(*flow)
         return self._shares[flow]
 
-    # -- test design -----------------------------------------------------------------------------
     def posterior(self) -> tuple[list[float], float]:
         top = max(max(self.log_weight), self.log_clean)
         weights = [math.exp(value - top) for value in self.log_weight]
@@ -245,6 +244,7 @@ class Localizer:
     def done(self) -> bool:
         return self.posterior()[1] >= self.confidence
 
+    # -- test design -----------------------------------------------------------------------------
     def _pool(self) -> dict[int, list[tuple[Flow, list[int]]]]:
         """Candidate flows indexed by the cables they cross: every HCA to a few random peers, plus flows
         aimed at each cable that random peers left with fewer than ``min_flows`` (a cable with a single flow
