@@ -94,9 +94,9 @@ def test_without_tables_the_design_routes_and_says_so(tmp_path: Path, simulated)
 # factor / share. The tomography knows only that a flow may cross every cable of its min-hop paths, each with the
 # share path counting gives (topology.routes.AdaptiveRouter), and not how degraded a bad cable is.
 
-def _adaptive(factor: float, directory: Path):
-    """The example's fabric with adaptive routing declared and its spine-core cable degraded to ``factor``: the
-    simulator's link-quality file (what its ib_write_bw reads) decides which tests are slow."""
+def _adaptive(factor: float, directory: Path, targets: tuple[str, ...] = (f"{DEGRADED[0]}/{DEGRADED[1]}",)):
+    """The example's fabric with adaptive routing declared and its spine-core cable (or ``targets``) degraded to
+    ``factor``: the simulator's link-quality file (what its ib_write_bw reads) decides which tests are slow."""
     from provision.sim.linkquality import flow_factors
 
     data = yaml.safe_load(example_text())
@@ -104,8 +104,8 @@ def _adaptive(factor: float, directory: Path):
     spec = directory / "spec.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     adaptive = load_spec(spec)
-    fault = {"kind": "degraded_link", "target": f"{DEGRADED[0]}/{DEGRADED[1]}", "params": {"factor": factor}}
-    sim_fabric.write_link_quality(adaptive, [fault], directory)
+    faults = [{"kind": "degraded_link", "target": target, "params": {"factor": factor}} for target in targets]
+    sim_fabric.write_link_quality(adaptive, faults, directory)
     cache: dict[tuple[str, str], float] = {}
 
     def run(test: tomography.Test) -> bool:
@@ -187,6 +187,24 @@ def test_under_adaptive_routing_a_mildly_degraded_cable_slows_no_flow_and_nothin
     used = localize(localizer, run, budget=60)
     assert localizer.found == [] and used < 10
     assert not localizer.done()  # nor does it call the fabric clean: a cable no flow leans on can hide there
+
+
+def test_under_adaptive_routing_three_bad_cables_are_each_named_in_their_group_and_nothing_else(
+        tmp_path: Path) -> None:
+    """Two leaf uplinks and a host's cable: each uplink comes out with its leaf's other three (every flow leaving
+    the leaf crosses all four), the host cable alone, and no group holds none of them."""
+    from topology.routes import AdaptiveRouter
+
+    targets = ("leaf-su03-r1/5", "leaf-su02-r0/5", "leaf-su03-r0/2")
+    _adaptive_spec, run = _adaptive(0.02, tmp_path, targets)
+    fabric = design_fabric(_adaptive_spec)
+    router = AdaptiveRouter(fabric)
+    bad = {router.index[fabric.cable_at((name, int(port)))] for name, port in (t.split("/") for t in targets)}
+    localizer = Localizer(router, seed=1)
+    used = localize(localizer, run, budget=80)
+    groups = [{cable, *localizer.twins.get(cable, ())} for cable in localizer.found]
+    assert sorted(len(group) for group in groups) == [1, 4, 4], (used, groups)
+    assert all(len(group & bad) == 1 for group in groups) and set().union(*groups) >= bad
 
 
 def test_a_recheck_under_adaptive_routing_clears_only_a_cable_a_flow_leant_on_wholly() -> None:

@@ -315,7 +315,13 @@ class Localizer:
         order = sorted(range(len(probabilities)), key=probabilities.__getitem__, reverse=True)
         test, mass = self._build_spread(probabilities, order, set())
         if self._information(mass) < 0.1 and order:
-            heavy = [cable for cable in order[1:] if probabilities[cable] >= 1e-4]  # the leader's companions
+            # as in the static design: while one more failure of the leader could settle it, ask only about the
+            # companions its test drags along, so two bad cables do not trade the lead for ever
+            leader = probabilities[order[0]]
+            settles = leader >= 1 or leader / (1 - leader) * math.exp(self._fail_in) >= self.confidence / (
+                1 - self.confidence)
+            heavy = [cable for cable in order[1:] if probabilities[cable] >= 1e-4
+                     and (cable in test.cables or not settles)]
             alternative, alternative_mass = self._build_spread(probabilities, heavy, {order[0]})
             if alternative.flows and self._information(alternative_mass) > self._information(mass):
                 test, mass = alternative, alternative_mass
