@@ -92,9 +92,10 @@ def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directo
     After its own cable a route depends only on the source's leaf and the target, so crossings are listed as
     (source leaf, target HCA). A host's own cable is crossed by every flow from or to that HCA. With
     ``fabric.adaptive_routing`` the switches spray each stream over their adaptive-routing groups
-    (:meth:`provision.sim.subnet_manager.SubnetManager.adaptive_shares`): every flow with a share of the cable is
-    listed with that share, and runs at ``factor / share`` of the rate (a degraded cable carrying a sixteenth of a
-    stream at half rate slows it not at all; one at 2% slows every flow it carries).
+    (:meth:`provision.sim.subnet_manager.SubnetManager.adaptive_shares`): every pair of leaves whose flows put a
+    share on the cable is listed with that share, and such a flow runs at ``factor / share`` of the rate (a
+    degraded cable carrying a sixteenth of a stream at half rate slows it not at all; one at 2% slows every flow
+    it carries).
     """
     degraded = [fault for fault in faults if fault["kind"] == "degraded_link"]
     directory.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directo
         if host:
             entry["hca"] = host[0]
         elif adaptive:
-            entry["flows"] = _adaptive_crossings(fabric, manager, leaf_of, cable)
+            entry["leaf_pairs"] = _adaptive_crossings(fabric, manager, leaf_of, cable)
         else:
             entry["from_leaf_to"] = _crossings(fabric, manager, leaf_of, cable)
         entries.append(entry)
@@ -144,14 +145,17 @@ def _crossings(fabric: Fabric, manager: subnet_manager.SubnetManager, leaf_of: d
 
 def _adaptive_crossings(fabric: Fabric, manager: subnet_manager.SubnetManager, leaf_of: dict[str, str],
                         cable: Cable) -> list[list[str | float]]:
-    """(source HCA, target HCA, share) for every flow adaptive routing sprays partly over ``cable``, a cable between
-    two switches: the share of the flow's packets it carries."""
+    """(source leaf, target leaf, share) for every pair of leaves whose flows adaptive routing sprays partly over
+    ``cable``, a cable between two switches: past its own cable a flow's spray depends only on the two leaves."""
+    first_of: dict[str, str] = {}
+    for hca, leaf in sorted(leaf_of.items()):
+        first_of.setdefault(leaf, hca)
     found: list[list[str | float]] = []
-    for source in sorted(leaf_of):
-        for target in sorted(leaf_of):
-            if target != source:
+    for source_leaf, source in sorted(first_of.items()):
+        for target_leaf, target in sorted(first_of.items()):
+            if target_leaf != source_leaf:
                 share = sum(value for hop, value in manager.adaptive_shares(fabric, source, target).items()
                             if fabric.cable_at(hop) == cable)
                 if share > 0:
-                    found.append([source, target, round(share, 6)])
+                    found.append([source_leaf, target_leaf, round(share, 6)])
     return found

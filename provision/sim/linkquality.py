@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 LINK_QUALITY = "link_quality.json"
-FORMAT = 2  # 2: adaptive routing's flows listed with their share of the cable
+FORMAT = 2  # 2: adaptive routing's pairs of leaves listed with their share of the cable
 
 
 class StaleLinkQuality(RuntimeError):
@@ -28,7 +28,7 @@ def flow_factors(directory: Path, flows: list[tuple[str, str]]) -> list[float]:
         raise StaleLinkQuality(f"{directory / LINK_QUALITY} was written by another release of the simulator: "
                                "run `provision sim up SPEC --rebuild`")
     factors = []
-    sprayed = [{(str(flow[0]), str(flow[1])): float(flow[2]) for flow in entry.get("flows", ())}
+    sprayed = [{(str(pair[0]), str(pair[1])): float(pair[2]) for pair in entry.get("leaf_pairs", ())}
                for entry in document["degraded"]]
     by_leaf = [{tuple(pair) for pair in entry.get("from_leaf_to", ())} for entry in document["degraded"]]
     for source, target in flows:
@@ -37,8 +37,8 @@ def flow_factors(directory: Path, flows: list[tuple[str, str]]) -> list[float]:
             factor = float(entry["factor"])
             if entry.get("hca") in (source, target) or (document["leaf_of"].get(source), target) in leaf_flows:
                 found = min(found, factor)
-            elif (source, target) in shares:  # adaptive routing: the cable carries only a share of the stream
-                found = min(found, factor / shares[(source, target)])
+            elif (leaves := (document["leaf_of"].get(source), document["leaf_of"].get(target))) in shares:
+                found = min(found, factor / shares[leaves])  # adaptive routing: a share of the stream crosses it
         factors.append(min(found, 1.0))
     return factors
 
