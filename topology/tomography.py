@@ -133,10 +133,8 @@ class Localizer:
                 continue
             levels = self._by_level.setdefault(cable, [0.0] * len(self._levels))
             self._tails.pop(cable, None)
-            share = exposure.get(cable, 0.0)
-            for number, threshold in enumerate(self._levels):
-                if share >= threshold * (1 - 1e-9):  # this severity slows a flow leaning on it this much
-                    levels[number] += inside
+            for number in range(self._first_level(exposure.get(cable, 0.0)), len(levels)):
+                levels[number] += inside  # each severity that slows a flow leaning on it this much
             top = max(levels)
             self.log_weight[cable] = self._base[cable] + top + math.log(
                 sum(math.exp(value - top) for value in levels) / len(levels))
@@ -149,7 +147,7 @@ class Localizer:
         if test not in self._exposures:
             found: dict[int, float] = {}
             for flow in test.flows:
-                for cable, share in self._shares_of(flow).items():
+                for cable, share in self.shares_of(flow).items():
                     found[cable] = max(found.get(cable, 0.0), share)
             self._exposures[test] = found
         return self._exposures[test]
@@ -158,8 +156,6 @@ class Localizer:
         """The chance that ``cable``, if it is the bad one, slows a flow it carries ``share`` of: over the
         severities its evidence so far allows (the weights of every severity at or above the share's, worked out
         once per round of evidence)."""
-        if share <= 0:
-            return 0.0
         tails = self._tails.get(cable)
         if tails is None:
             levels = self._by_level.get(cable, [0.0] * len(self._levels))
@@ -168,10 +164,17 @@ class Localizer:
             total = sum(weights)
             tails = [sum(weights[number:]) / total for number in range(len(weights))] + [0.0]
             self._tails[cable] = tails
-        level = 0 if share >= 1 else min(len(self._levels), math.ceil(-math.log2(share) - 1e-9))
-        return tails[level]
+        return tails[self._first_level(share)]
 
-    def _shares_of(self, flow: Flow) -> dict[int, float]:
+    def _first_level(self, share: float) -> int:
+        """The first severity (they fall by halves from 1) that slows a flow putting ``share`` of itself on the
+        cable; every one after it does too. ``len(SEVERITIES)``: none does."""
+        if share <= 0:
+            return len(self._levels)
+        return 0 if share >= 1 else min(len(self._levels), math.ceil(-math.log2(share) - 1e-9))
+
+    def shares_of(self, flow: Flow) -> dict[int, float]:
+        """:meth:`topology.routes.Router.ecmp_shares` of a flow, worked out once for this localizer."""
         if flow not in self._shares:
             self._shares[flow] = self.router.ecmp_shares(*flow)
         return self._shares[flow]
@@ -296,9 +299,7 @@ class Localizer:
         # While one more failure of the leader alone would settle it, only its companions are asked about: a side
         # question about another suspect that fails hands that one the lead, and two bad cables failing in turn
         # would trade it for ever (a single-fault round lets neither cross the bar).
-        leader = probabilities[order[0]]
-        settles = leader >= 1 or leader / (1 - leader) * math.exp(self._fail_in) >= self.confidence / (
-            1 - self.confidence)
+        settles = self._settles(probabilities[order[0]])
         heavy = [cable for cable in order[1:] if probabilities[cable] >= 1e-4
                  and (cable in test.cables or not settles)]
         alternative = self._build(probabilities, cost, heavy, {order[0]})
@@ -317,9 +318,7 @@ class Localizer:
         if self._information(mass) < 0.1 and order:
             # as in the static design: while one more failure of the leader could settle it, ask only about the
             # companions its test drags along, so two bad cables do not trade the lead for ever
-            leader = probabilities[order[0]]
-            settles = leader >= 1 or leader / (1 - leader) * math.exp(self._fail_in) >= self.confidence / (
-                1 - self.confidence)
+            settles = self._settles(probabilities[order[0]])
             heavy = [cable for cable in order[1:] if probabilities[cable] >= 1e-4
                      and (cable in test.cables or not settles)]
             alternative, alternative_mass = self._build_spread(probabilities, heavy, {order[0]})
@@ -346,7 +345,7 @@ class Localizer:
             leaning: list[tuple[float, Flow]] = []
             for flow, cables in through.get(cable, ()):
                 if flow not in chosen and not avoid.intersection(cables):
-                    leaning.append((self._shares_of(flow).get(cable, 0.0), flow))
+                    leaning.append((self.shares_of(flow).get(cable, 0.0), flow))
             most = max((share for share, _flow in leaning), default=0.0)
             if most <= exposure.get(cable, 0.0):
                 continue
@@ -365,6 +364,11 @@ class Localizer:
             for other, share in self._shares[best].items():
                 exposure[other] = max(exposure.get(other, 0.0), share)
         return Test(tuple(flows), frozenset(exposure)), mass
+
+    def _settles(self, leader: float) -> bool:
+        """Whether one more failure of the leading suspect (posterior ``leader``) would carry it past the bar."""
+        return leader >= 1 or leader / (1 - leader) * math.exp(self._fail_in) >= self.confidence / (
+            1 - self.confidence)
 
     def _information(self, mass: float) -> float:
         return outcome_information(mass, self.false_fail, self.false_pass)

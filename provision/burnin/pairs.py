@@ -345,7 +345,7 @@ def _settled(localizer: tomography.Localizer, measurements: list[Measurement]) -
             continue
         if measurement.passed and localizer.router.adaptive:  # it clears only what it put itself wholly on
             cleared |= {cable for flow in measurement.flows
-                        for cable, share in localizer.router.ecmp_shares(*flow).items() if share >= 1.0 - 1e-9}
+                        for cable, share in localizer.shares_of(flow).items() if share >= 1.0 - 1e-9}
         elif measurement.passed:
             cleared |= measurement.cables
         elif not measurement.cables & named:
