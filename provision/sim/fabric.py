@@ -128,9 +128,7 @@ def write_link_quality(loaded: LoadedSpec, faults: list[dict[str, Any]], directo
 def _crossings(fabric: Fabric, manager: subnet_manager.SubnetManager, leaf_of: dict[str, str],
                cable: Cable) -> list[list[str]]:
     """(source leaf, target HCA) whose route by the SM's tables crosses ``cable``, a cable between two switches."""
-    first_of: dict[str, str] = {}
-    for hca, leaf in sorted(leaf_of.items()):
-        first_of.setdefault(leaf, hca)  # every HCA of a leaf takes the same route after its own cable
+    first_of = _first_hca_of_each_leaf(leaf_of)
     found = []
     for leaf, source in sorted(first_of.items()):
         for target in sorted(leaf_of):
@@ -142,14 +140,11 @@ def _crossings(fabric: Fabric, manager: subnet_manager.SubnetManager, leaf_of: d
     return found
 
 
-
 def _adaptive_crossings(fabric: Fabric, manager: subnet_manager.SubnetManager, leaf_of: dict[str, str],
                         cable: Cable) -> list[list[str | float]]:
     """(source leaf, target leaf, share) for every pair of leaves whose flows adaptive routing sprays partly over
     ``cable``, a cable between two switches: past its own cable a flow's spray depends only on the two leaves."""
-    first_of: dict[str, str] = {}
-    for hca, leaf in sorted(leaf_of.items()):
-        first_of.setdefault(leaf, hca)
+    first_of = _first_hca_of_each_leaf(leaf_of)
     found: list[list[str | float]] = []
     for source_leaf, source in sorted(first_of.items()):
         for target_leaf, target in sorted(first_of.items()):
@@ -159,3 +154,12 @@ def _adaptive_crossings(fabric: Fabric, manager: subnet_manager.SubnetManager, l
                 if share > 0:
                     found.append([source_leaf, target_leaf, round(share, 6)])
     return found
+
+
+def _first_hca_of_each_leaf(leaf_of: dict[str, str]) -> dict[str, str]:
+    """One HCA per leaf (the first by name) to stand for them all: every HCA of a leaf is routed alike after its
+    own cable, by the tables as by adaptive routing."""
+    first_of: dict[str, str] = {}
+    for hca, leaf in sorted(leaf_of.items()):
+        first_of.setdefault(leaf, hca)
+    return first_of
