@@ -38,6 +38,7 @@ refused at its header's line: half a table routes nothing, and guessing the rest
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from topology.errors import LineError
@@ -95,6 +96,13 @@ class ForwardingTables:
         return lids
 
 
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """The file's non-blank lines, stripped, with their numbers (counted over every line)."""
+    for number, raw in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
+        if line := raw.strip():
+            yield number, line
+
+
 def _guid(text: str) -> str:
     return f"0x{int(text, 16):016x}"
 
@@ -112,9 +120,8 @@ def parse_lfts(text: str) -> ForwardingTables:
     tables = ForwardingTables()
     current: SwitchTable | None = None
     entries = top = 0
-    for number, raw in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
-        line = raw.strip()
-        if not line or line in _COLUMNS:
+    for number, line in _lines(text):
+        if line in _COLUMNS:
             continue
         if header := _HEADER.match(line):
             if current is not None:
@@ -166,21 +173,20 @@ def _parse_ibdiagnet(text: str) -> ForwardingTables:
     tables = ForwardingTables(format="ibdiagnet")
     current: SwitchTable | None = None
     plft = 0
-    for number, raw in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#") or _IBDIAG_COLUMNS.match(line):
+    repeated_at: int | None = None  # the line of a header seen before, until a PLFT_NUM says which table follows
+    for number, line in _lines(text):
+        if line.startswith("#") or _IBDIAG_COLUMNS.match(line):
             continue
         if header := _IBDIAG_HEADER.match(line):
             guid = _guid(header.group(1))
-            repeated = guid in tables.switches
-            current = tables.switches.setdefault(guid, SwitchTable(guid, "", number))
-            plft = -number if repeated else 0  # a repeated header must say which private table follows
+            repeated_at = number if guid in tables.switches else None
+            current, plft = tables.switches.setdefault(guid, SwitchTable(guid, "", number)), 0
             continue
         if plft_line := _PLFT.match(line):
-            plft = int(plft_line.group(1))
+            plft, repeated_at = int(plft_line.group(1)), None
             continue
-        if plft < 0 and current is not None:
-            raise LftError(f"switch {current.guid} has a second table", -plft)
+        if repeated_at is not None and current is not None:
+            raise LftError(f"switch {current.guid} has a second table", repeated_at)
         entry = _IBDIAG_ENTRY.match(line)
         if entry is None:
             raise LftError(f"not an ibdiagnet forwarding-table line: {line[:80]!r}", number)
