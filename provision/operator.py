@@ -1,17 +1,21 @@
-"""An operator's move of nodes (admit, quarantine, drain): all or none, each kept in the node's history."""
+"""An operator's move of nodes (admit, quarantine, drain, return from repair): all or none, each kept in the node's
+history."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from provision.errors import UsageProblem
 from provision.run_context import SpecIdentity, mutating_run
 from provision.spec import LoadedSpec
-from provision.state import NodeState, StateStore
+from provision.state import NodeRecord, NodeState, StateStore
 from topology import hostlist
 
 COMMANDS = {NodeState.ADMITTED: "admit", NodeState.QUARANTINED: "quarantine", NodeState.DRAINED: "drain"}
+#: ``provision return``: quarantined nodes back from repair, to burn in again.
+RETURN = "return"
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,29 @@ def move_nodes(directory: Path, target: NodeState, hosts: str, reason: str, *, a
     Refused before anything changes: an empty reason, a bad hostlist, a node the store does not know, no store.
     A move the lifecycle forbids for any one node leaves every node as it was (one transaction).
     """
+    def move(record: NodeRecord) -> tuple[str | None, dict[str, object]]:
+        return record.stage if target is NodeState.QUARANTINED else None, {"operator": True}
+
+    return _move(directory, COMMANDS[target], target, hosts, reason, move, argv=argv, spec=spec)
+
+
+def return_nodes(directory: Path, hosts: str, reason: str, *, argv: list[str], spec: LoadedSpec | None = None) -> Move:
+    """Quarantined nodes back from repair (an RMA, a reseat): to ``provisioned``, so the next ``apply`` runs every
+    stage of the burn-in again on them (a repair touches hardware: no stage is carried), their history keeping what
+    they failed and why they came back. Only a quarantined node returns; any other in the HOSTLIST refuses all."""
+    def move(record: NodeRecord) -> tuple[str | None, dict[str, object]]:
+        if record.state is not NodeState.QUARANTINED:
+            raise UsageProblem(f"{record.name} is {record.state}, not quarantined: only a quarantined node comes "
+                               "back from repair")
+        return None, {"operator": True, "returned": True, "quarantined_in": record.stage,
+                      "quarantined_for": record.reason, "quarantined_by": record.run_id}
+
+    return _move(directory, RETURN, NodeState.PROVISIONED, hosts, reason, move, argv=argv, spec=spec)
+
+
+def _move(directory: Path, command: str, target: NodeState, hosts: str, reason: str,
+          move: Callable[[NodeRecord], tuple[str | None, dict[str, object]]], *, argv: list[str],
+          spec: LoadedSpec | None) -> Move:
     if not reason.strip():
         raise UsageProblem("--reason must say why")
     try:
@@ -43,7 +70,7 @@ def move_nodes(directory: Path, target: NodeState, hosts: str, reason: str, *, a
     if StateStore.open_readonly(directory) is None:
         raise UsageProblem(f"no state store in {directory}: run `provision apply` first")
     identity = SpecIdentity(spec.path.resolve(), spec.sha256) if spec is not None else None
-    with mutating_run(directory, COMMANDS[target], argv, spec=identity) as run:
+    with mutating_run(directory, command, argv, spec=identity) as run:
         store = run.store
         unknown = [name for name in names if store.node(name) is None]
         if unknown:
@@ -53,7 +80,7 @@ def move_nodes(directory: Path, target: NodeState, hosts: str, reason: str, *, a
             for name in names:
                 record = store.node(name)
                 assert record is not None
-                store.transition(name, target, run_id=run.id, reason=reason, by_operator=True,
-                                 stage=record.stage if target is NodeState.QUARANTINED else None,
-                                 evidence={"operator": True})
+                stage, evidence = move(record)
+                store.transition(name, target, run_id=run.id, reason=reason, by_operator=True, stage=stage,
+                                 evidence=evidence)
     return Move(names, target, reason, run.id, run.path)

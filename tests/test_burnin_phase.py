@@ -53,7 +53,8 @@ def test_a_node_test_that_did_not_finish_is_run_again_alone_before_it_fails(tmp_
     launches: list[tuple[list[str], int]] = []
     stuck = CheckResult("node_test", Outcome.FAILED, "GPU 3: stopped making progress and was killed at the deadline")
 
-    def batches(loaded, nodes, state_dir, *, seed, evidence_dir, batch, launcher, hold_s=0.0):
+    def batches(loaded, nodes, state_dir, *, seed, evidence_dir, batch, launcher, hold_s=0.0, against=None,
+                figures=None):
         launches.append(([node.name for node in nodes], batch))
         first = len(launches) == 1
         return {node.name: [CheckResult(stuck.check, stuck.outcome, stuck.message)]

@@ -21,8 +21,8 @@ import contextlib
 import json
 from collections.abc import Callable, Sequence
 
-from provision import acceptance, observe, slurm
-from provision.burnin import dcgm, multinode, pairs, soak, training
+from provision import acceptance, baselines, observe, slurm
+from provision.burnin import dcgm, multinode, pairs, returns, soak, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import check_runtimes, run_preflight
 from provision.burnin.verdict import NodeVerdict
@@ -45,8 +45,20 @@ def _seed(context: PhaseContext) -> int:
 
 
 def _node(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+    """Each node alone, judged against its node-mates, the catalogue and the fleet's baseline; a whole delivery
+    below its baseline is systemic (a setting every node shares), nobody's quarantine."""
+    against = baselines.Judge(context.store, context.loaded, context.campaign)
     verdicts = multinode.run_node_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
-                                        evidence_dir=context.run.path / "workers")
+                                        evidence_dir=context.run.path / "workers", against=against)
+    measured = [verdict for verdict in verdicts if verdict.figures]
+    below = against.delivery(nodes, {verdict.node: verdict.figures for verdict in measured},
+                             on_gpu=bool(measured) and all(verdict.measured_on == "gpu" for verdict in measured))
+    if below:
+        context.run.event("burnin.baseline.systemic", stage="node", findings=below)
+        raise SystemicFailure(
+            f"the whole delivery measures below the fleet's baseline: {'; '.join(below)}. Every node alike is a "
+            "setting the delivery shares (firmware, BIOS, power cap, driver), not a node's fault, so no node was "
+            "quarantined for it")
     return verdicts
 
 
@@ -163,6 +175,8 @@ class BurninPhase:
         context.campaign = campaign
         run.event("burnin.campaign", campaign=campaign, resumed=resumed, nodes=[node.name for node in taken])
         passed = store.passes(campaign)
+        returned = returns.returned_nodes(store, [node.name for node in taken])  # before any of them moves
+        measured: dict[str, dict[str, list[tuple[str, float]]]] = {}
         start = self._entry_points(store, campaign, taken, stages, passed, run.id)
         verdicts: dict[str, NodeVerdict] = {}
         failed: set[str] = set()
@@ -192,11 +206,14 @@ class BurninPhase:
                     f"node was quarantined for it; first reason: {failing[0].reason}")
             for verdict in stage_verdicts:
                 verdicts[verdict.node] = verdict
+                measured.setdefault(verdict.node, {}).update(verdict.figures)
                 run.event("burnin.node", node=verdict.node, stage=stage, passed=verdict.passed,
                           check=None if verdict.passed else verdict.check,
                           reason=None if verdict.passed else verdict.reason)
+                figures = {"figures": verdict.figures, "measured_on": verdict.measured_on} if verdict.figures else {}
                 if verdict.passed:
-                    store.record_pass(campaign, verdict.node, stage, run.id, {"checks": len(verdict.results)})
+                    store.record_pass(campaign, verdict.node, stage, run.id, {"checks": len(verdict.results),
+                                                                              **figures})
                     passed.setdefault(verdict.node, set()).add(stage)
                 else:
                     failed.add(verdict.node)
@@ -204,7 +221,7 @@ class BurninPhase:
                     store.transition(verdict.node, NodeState.QUARANTINED, run_id=run.id, stage=stage,
                                      reason=verdict.reason, evidence={
                                          "check": verdict.check, "remediation": verdict.remediation,
-                                         "results": [result.as_dict() for result in verdict.blockers]})
+                                         "results": [result.as_dict() for result in verdict.blockers], **figures})
             run.event("burnin.stage.finished", stage=stage, failed=[v.node for v in failing])
             if stage == "soak":
                 demonstrated = self._acceptance(context, stage_verdicts)
@@ -214,6 +231,7 @@ class BurninPhase:
                 store.transition(node.name, NodeState.ADMITTED, run_id=run.id, stage=None,
                                  evidence={"campaign": campaign, "stages": stages})
                 admitted.append(node.name)
+        kept = baselines.keep_campaign(store, loaded, campaign, admitted)
         store.finish_campaign(campaign)
         summary = f"{len(admitted)} admitted"
         if failed:
@@ -225,6 +243,9 @@ class BurninPhase:
         summary += f"; {enough.line()}"
         if demonstrated:
             summary += f"; {demonstrated}"
+        stories = [returns.story(name, found, store, measured.get(name, {})) for name, found in returned.items()]
+        if stories:
+            summary += "; back from repair: " + ", ".join(f"{entry['node']} {entry['after']}" for entry in stories)
         cables = store.cables_found(run.id)
         if cables:
             summary += (f"; {len(cables)} fabric cable(s) named by the pair tests (no node's fault): "
@@ -232,7 +253,8 @@ class BurninPhase:
         return PhaseReport(self.name, summary, {"admitted": admitted, "quarantined": sorted(failed),
                                                 "skipped": skipped, "campaign": campaign, "resumed": resumed,
                                                 "fabric_findings": cables, "capacity": enough.as_dict(),
-                                                "acceptance": demonstrated})
+                                                "acceptance": demonstrated, "baseline_samples_kept": kept,
+                                                "returned": stories})
 
     @staticmethod
     def _acceptance(context: PhaseContext, verdicts: list[NodeVerdict]) -> str:

@@ -15,6 +15,10 @@ class NodeVerdict:
     stage: str
     results: list[CheckResult] = field(default_factory=list)
     blockers: list[CheckResult] = field(default_factory=list)
+    #: What the stage measured on the node, per figure (``provision.checks.baseline``): what its baseline keeps.
+    figures: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    #: Where the figures were measured: "gpu", "cpu" (a CPU build of torch: the simulator, CI), or "" (none).
+    measured_on: str = ""
 
     @property
     def passed(self) -> bool:

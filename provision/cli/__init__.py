@@ -16,13 +16,14 @@ import click
 
 from provision import __version__, run_context, sinks
 from provision.cli import audit, cables  # noqa: F401  (they add their commands to the topology group)
+from provision.cli.baseline import baseline_group
 from provision.cli.common import err
 from provision.cli.history import history_command, runs_command
 from provision.cli.hostlists import hostlist_group
 from provision.cli.lifecycle import apply, burnin, plan, status
 from provision.cli.metrics import metrics_command
 from provision.cli.nodecheck import node_check_command
-from provision.cli.operator import admit, drain, quarantine
+from provision.cli.operator import admit, drain, quarantine, return_command
 from provision.cli.power import power_group
 from provision.cli.report import report_command
 from provision.cli.simulation import sim
@@ -40,9 +41,9 @@ def cli() -> None:
     """Turn a delivery of bare-metal GPU servers into a healthy, admitted cluster."""
 
 
-for command in (validate, plan, apply, burnin, status, history_command, runs_command, admit, quarantine, drain, sim,
-                topology, hostlist_group, report_command, metrics_command,
-                slurm_group, node_check_command, power_group):
+for command in (validate, plan, apply, burnin, status, history_command, runs_command, admit, quarantine, drain,
+                return_command, sim, topology, hostlist_group, report_command, metrics_command,
+                slurm_group, node_check_command, power_group, baseline_group):
     cli.add_command(command)
 
 

@@ -27,7 +27,8 @@ def _store(spec: Path | None, state_dir: Path | None) -> StateStore:
 def _evidence(evidence: dict) -> str:
     if not evidence:
         return ""
-    keys = ("check", "failed_task", "remediation", "campaign", "operator", "changed_tasks")
+    keys = ("check", "failed_task", "remediation", "campaign", "operator", "returned", "quarantined_for",
+            "changed_tasks")
     return "; ".join(f"{key}={evidence[key]}" for key in keys if key in evidence)
 
 

@@ -113,3 +113,20 @@ def inject_now(host_dir: Path, kind: str, target: str | None = None, params: dic
         INJECTORS[kind](NodeContext(root, hardware_from_dict(recipe["hardware"]), state, recipe["link_rate"]),
                         values, target)
         save_state(root, state)
+
+
+def replace_gpu(host_dir: Path, local_rank: int) -> int:
+    """The repair a vendor's RMA does: the GPU at ``local_rank`` swapped for a good one, so the faults its processes
+    showed (slow, hung, wrong results, a sagging clock) are gone; how many were. The host's recipe (the delivery as it
+    arrived) is left as it was, as a repair leaves the delivery's paperwork."""
+    from provision.sim.node import load_state
+
+    root = ensure_host(host_dir)
+    with (host_dir / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = load_state(root)
+        faults = state.get("rank_faults", [])
+        kept = [fault for fault in faults if int(fault.get("local_rank", -1)) != local_rank]
+        state["rank_faults"] = kept
+        save_state(root, state)
+    return len(faults) - len(kept)

@@ -377,7 +377,9 @@ class Workload(Strict):
 
     matmul_n: Annotated[int, Field(ge=16, le=65536)] = 8192
     matmul_iters: Annotated[int, Field(ge=1, le=10000)] = 50
-    repeats: Annotated[int, Field(ge=1, le=100)] = 5
+    #: Timed windows of the node test, the best of which counts (many short ones outlive a busy moment of a shared
+    #: CPU: CPU workers want ~1,000; a GPU is steady in 5).
+    repeats: Annotated[int, Field(ge=1, le=10000)] = 5
     memory_bytes: Annotated[int, Field(ge=4096, le=1 << 36)] = 1 << 30
     allreduce_bytes: Annotated[int, Field(ge=64, le=1 << 36)] = 1 << 30
     collective_sizes: Annotated[list[Annotated[int, Field(ge=64, le=1 << 36)]], Field(min_length=1)] = [
@@ -455,6 +457,17 @@ class Soak(Strict):
         return float(self.duration[:-1]) * DURATION_HOURS[self.duration[-1]]
 
 
+class BaselineJudgement(Strict):
+    """``burnin.baseline``: how a node's figures are held against what the same hardware profile measured on the
+    admitted nodes of earlier campaigns (kept in the state store, or imported with ``provision baseline import``)."""
+
+    #: How far below the baseline's median a figure may fall (SuperBench flags 5%); the baseline's own scatter
+    #: widens it where it is wider.
+    margin: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
+    #: Samples a figure needs before it is judged against (one per GPU, or per node for a node's figure).
+    min_samples: Annotated[int, Field(ge=2, le=1_000_000)] = 32
+
+
 class Burnin(Strict):
     #: The soak (hours to days) is left out unless asked for: its duration is the site's to choose.
     stages: list[Stage] = ["preflight", "node", "dcgm", "pairs", "collectives", "training"]
@@ -473,6 +486,7 @@ class Burnin(Strict):
     #: GPUs per node that take part in multi-node stages (default: all of them).
     ranks_per_node: Annotated[int, Field(ge=1, le=64)] | None = None
     workload: Workload = Workload()
+    baseline: BaselineJudgement = BaselineJudgement()
 
     @field_validator("stages")
     @classmethod

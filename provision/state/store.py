@@ -149,6 +149,22 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX soak_samples_node ON soak_samples(campaign, node, series, at_s);
     """,
+    # 6 -> 7: the fleet's baseline: every figure of every admitted node, per hardware profile, so a new delivery is
+    # held against what the same hardware measured before (and a site's baseline can travel to a new cluster)
+    """
+    CREATE TABLE baseline_samples (
+        profile  TEXT NOT NULL,
+        hardware TEXT NOT NULL,
+        figure   TEXT NOT NULL,
+        campaign TEXT NOT NULL,
+        node     TEXT NOT NULL,
+        item     TEXT NOT NULL,
+        value    REAL NOT NULL,
+        source   TEXT NOT NULL,
+        at       TEXT NOT NULL,
+        PRIMARY KEY (profile, figure, campaign, node, item)
+    );
+    """,
 )
 
 
@@ -179,6 +195,25 @@ class NodeRecord:
             "updated_at": self.updated_at,
             "run_id": self.run_id,
         }
+
+
+@dataclass(frozen=True)
+class BaselineSample:
+    """One figure of one admitted node in one campaign: ``item`` is what on the node measured it (``GPU 3``)."""
+
+    profile: str
+    hardware: str  # what the profile is (GPU model and count, HCAs): a baseline is used only on the same hardware
+    figure: str
+    campaign: str
+    node: str
+    item: str
+    value: float
+    source: str = ""
+    at: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"profile": self.profile, "hardware": self.hardware, "figure": self.figure, "campaign": self.campaign,
+                "node": self.node, "item": self.item, "value": self.value, "source": self.source, "at": self.at}
 
 
 @dataclass(frozen=True)
@@ -465,6 +500,20 @@ class StateStore:
             passed.setdefault(row["node"], set()).add(row["stage"])
         return passed
 
+    def pass_figures(self, campaign: str) -> dict[str, dict[str, tuple[str, dict[str, list[tuple[str, float]]]]]]:
+        """node -> stage -> (the device measured on, the figures) its pass recorded (``measured_on`` and
+        ``figures`` of the pass's detail)."""
+        rows = self.db.execute("SELECT node, stage, detail FROM burnin_passes WHERE campaign = ?",
+                               (campaign,)).fetchall()
+        found: dict[str, dict[str, tuple[str, dict[str, list[tuple[str, float]]]]]] = {}
+        for row in rows:
+            detail = json.loads(row["detail"])
+            if detail.get("figures"):
+                found.setdefault(row["node"], {})[row["stage"]] = (str(detail.get("measured_on", "")), {
+                    name: [(str(item), float(value)) for item, value in items]
+                    for name, items in detail["figures"].items()})
+        return found
+
     def finish_campaign(self, campaign: str) -> None:
         with self.transaction():
             self.db.execute("UPDATE burnin_campaigns SET finished_at = ? WHERE id = ?", (now(), campaign))
@@ -496,6 +545,31 @@ class StateStore:
         for row in rows:
             series.setdefault(row["series"], []).append((row["at_s"], row["value"]))
         return series
+
+    # -- the fleet's baseline -------------------------------------------------------------
+
+    def add_baseline(self, rows: Iterable[BaselineSample], *, source: str) -> int:
+        """Keep samples (a sample already kept, by profile, figure, campaign, node and item, is kept once: an
+        import repeated adds nothing); how many were new."""
+        stamp = now()
+        with self.transaction():
+            before = self.db.total_changes
+            self.db.executemany(
+                "INSERT OR IGNORE INTO baseline_samples (profile, hardware, figure, campaign, node, item, value, "
+                "source, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(row.profile, row.hardware, row.figure, row.campaign, row.node, row.item, row.value,
+                  row.source or source, row.at or stamp) for row in rows])
+            return self.db.total_changes - before
+
+    def baseline_samples(self, profile: str | None = None) -> list[BaselineSample]:
+        query = "SELECT * FROM baseline_samples" + (" WHERE profile = ?" if profile is not None else "")
+        try:
+            rows = self.db.execute(query + " ORDER BY profile, figure, at, campaign, node, item",
+                                   (profile,) if profile is not None else ()).fetchall()
+        except sqlite3.OperationalError:  # an old store read-only: no baseline kept yet
+            return []
+        return [BaselineSample(row["profile"], row["hardware"], row["figure"], row["campaign"], row["node"],
+                               row["item"], row["value"], row["source"], row["at"]) for row in rows]
 
     def record_cable(self, cable: str, kind: str, detail: dict[str, Any], *, at: str | None = None,
                      run_id: str | None = None) -> None:

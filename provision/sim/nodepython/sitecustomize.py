@@ -88,6 +88,21 @@ def _test() -> str:
     return argv[argv.index("--test") + 1] if "--test" in argv[:-1] else ""
 
 
+def _one_core_per_node(root: str) -> None:
+    """A node's GPUs are alike, each its own device; the simulator's stand-in for them in the node test is one of
+    this machine's cores per node, chosen by the node. Spread over every core, a node's workers differ by which core
+    the scheduler gave each (the two cores of a VM measured 28% apart, per process, for hours): a difference of
+    this machine's, not of the node, that would hide a GPU a few percent slow from the node-mate and baseline
+    comparisons. Pinned in the agent, before it forks its workers, so they all inherit it."""
+    import zlib
+
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[zlib.crc32(root.encode()) % len(cores)]})
+    except (AttributeError, OSError):  # no affinity on this platform: the workers spread as before
+        pass
+
+
 def _mark_busy(root: str) -> None:
     """A worker that computes marks its GPU busy (``var/lib/provision-sim/busy/<pid>``: its local rank), as NVML
     sees a context on the device: the node's nvidia-smi then reports that GPU's clocks and power under load, and
@@ -132,6 +147,8 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
     if slow or corrupt:
         real_matmul = torch.matmul
 
+        owed = {"s": 0.0}
+
         def matmul(*args, **kwargs):
             started = time.thread_time()
             result = real_matmul(*args, **kwargs)
@@ -139,10 +156,14 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
                 if _mine(fault) and fault.get("struck", _always)():
                     # a device computing at `factor` of its peers' speed (a sagged clock: once it has sagged): it
                     # works longer, by the clock the node test times CPU workers with (their own thread's CPU
-                    # time; one thread each)
-                    until = time.thread_time() + (time.thread_time() - started) * (1 / fault["factor"] - 1)
+                    # time; one thread each). What the spin overshoots (a clock read costs microseconds in a VM,
+                    # as much as a small matmul's whole slowdown at a factor near 1) is owed back by the next
+                    # call, so the slowdown over many calls is the factor, not the clock's granularity.
+                    now = time.thread_time()
+                    until = now + owed["s"] + (now - started) * (1 / fault["factor"] - 1)
                     while time.thread_time() < until:
                         pass
+                    owed["s"] = until - time.thread_time()
             for fault in corrupt:
                 if _mine(fault):  # silent data corruption: one element slightly off, at no cost to the timing
                     result.view(-1)[:1].mul_(1 + 1e-5).add_(1e-5)  # well above float32 rounding
@@ -316,6 +337,8 @@ if os.environ.get("PROVISION_SIM_ROOT"):
 _state = _node_state() if _test() else {}
 if _state:
     _mark_busy(os.environ["PROVISION_SIM_ROOT"])
+if _state and _test() == "node":
+    _one_core_per_node(os.environ["PROVISION_SIM_ROOT"])
 if _state.get("rank_faults"):
     _install(list(_state["rank_faults"]), float(_state.get("time_scale", 1.0)))
 if _state.get("collective_semantics") == "nccl" and _test() == "collectives":  # outermost: a fault's delay is

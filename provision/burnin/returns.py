@@ -1,0 +1,55 @@
+"""Nodes back from repair (``provision return``): which of a burn-in's nodes they are, and their before and after.
+
+A returned node burns in again, every stage. What an operator asks of that run is whether the repair worked: the
+stage, check and reason it was quarantined for, what it is now, and each figure it was quarantined with against
+the same figure now (the worst item of each: the GPU that was slow, the port that was).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provision.checks.baseline import figure_of
+from provision.state import NodeState, StateStore
+
+
+def returned_nodes(store: StateStore, names: list[str]) -> dict[str, dict[str, Any]]:
+    """node -> the operator's return move and the quarantine before it, for each node whose last move is a return."""
+    found = {}
+    for name in names:
+        record = store.node(name)
+        if record is None or record.state is not NodeState.PROVISIONED:
+            continue
+        moves = store.history(name)
+        if not moves or not moves[-1]["evidence"].get("returned"):
+            continue
+        before = next((move for move in reversed(moves[:-1]) if move["to_state"] == NodeState.QUARANTINED.value),
+                      None)
+        found[name] = {"returned": moves[-1], "quarantined": before}
+    return found
+
+
+def _worst(name: str, items: list[list[Any]] | list[tuple[str, float]]) -> float:
+    values = [float(value) for _item, value in items]
+    try:
+        higher = figure_of(name).higher_is_better
+    except KeyError:
+        higher = True
+    return min(values) if higher else max(values)
+
+
+def story(name: str, returned: dict[str, Any], store: StateStore,
+          figures_now: dict[str, list[tuple[str, float]]]) -> dict[str, Any]:
+    """One returned node's before and after, as the phase report and the acceptance report show it."""
+    record = store.node(name)
+    quarantined = returned["quarantined"] or {}
+    evidence = quarantined.get("evidence", {})
+    before_figures = evidence.get("figures", {})
+    figures = {figure: {"before": _worst(figure, items),
+                        "after": _worst(figure, figures_now[figure]) if figures_now.get(figure) else None}
+               for figure, items in sorted(before_figures.items()) if items}
+    return {"node": name, "reason": returned["returned"]["reason"],
+            "before": {"stage": quarantined.get("stage"), "check": evidence.get("check"),
+                       "reason": quarantined.get("reason"), "run_id": quarantined.get("run_id")},
+            "after": str(record.state) if record else None,
+            "after_reason": record.reason if record else "", "figures": figures}

@@ -1,0 +1,105 @@
+"""``provision baseline show|export|import``: the fleet's baseline per hardware profile, and the file it travels in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from provision import baselines
+from provision.cli.common import (
+    argv,
+    emit_json,
+    json_option,
+    out,
+    state_dir_of,
+    state_dir_option,
+    state_dir_without_spec,
+)
+from provision.errors import EXIT_OK, UsageProblem
+from provision.spec import load_spec
+from provision.state import StateStore
+
+spec_option = click.option("--spec", type=click.Path(path_type=Path, dir_okay=False),
+                           help="The cluster's spec file (default: the one cluster under ./.provision).")
+profile_option = click.option("--profile", help="Only this hardware profile.")
+
+
+def _directory(spec: Path | None, state_dir: Path | None) -> tuple[str, Path]:
+    if spec is not None:
+        loaded = load_spec(spec)
+        return loaded.spec.cluster.name, state_dir_of(loaded, state_dir)
+    directory = state_dir_without_spec(state_dir)
+    return directory.name, directory
+
+
+def _store(directory: Path) -> StateStore:
+    store = StateStore.open_readonly(directory)
+    if store is None:
+        raise UsageProblem(f"no state store in {directory}: run `provision apply` first")
+    return store
+
+
+@click.group(name="baseline")
+def baseline_group() -> None:
+    """What the same hardware measured before: every admitted node's figures, per hardware profile."""
+
+
+@baseline_group.command(name="show")
+@spec_option
+@profile_option
+@state_dir_option
+@json_option
+def show(spec: Path | None, profile: str | None, state_dir: Path | None, as_json: bool) -> int:
+    """Each profile's figures: samples, median, spread, 5th and 95th percentiles, and the campaigns behind them."""
+    _cluster, directory = _directory(spec, state_dir)
+    with _store(directory) as store:
+        found = baselines.profiles(store, profile)
+    if as_json:
+        emit_json({"profiles": [entry.as_dict() for entry in found]})
+        return EXIT_OK
+    if not found:
+        out.print("no baseline yet: a campaign's admitted nodes add theirs when it ends, or "
+                  "`provision baseline import FILE`", markup=False)
+        return EXIT_OK
+    for entry in found:
+        table = Table(title=f"{entry.profile} ({entry.hardware})", title_justify="left")
+        for column in ("figure", "samples", "median", "robust sd", "p05", "p95", "unit", "campaigns"):
+            table.add_column(column, justify="right" if column not in ("figure", "unit", "campaigns") else "left")
+        for name, figure in entry.figures.items():
+            table.add_row(name, str(figure["count"]), f"{figure['median']:.4g}", f"{figure['robust_sd']:.3g}",
+                          f"{figure['p05']:.4g}", f"{figure['p95']:.4g}", str(figure["unit"]),
+                          str(len(figure["campaigns"])))
+        out.print(table)
+    return EXIT_OK
+
+
+@baseline_group.command(name="export")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@spec_option
+@profile_option
+@state_dir_option
+def export(file: Path, spec: Path | None, profile: str | None, state_dir: Path | None) -> int:
+    """Write the baseline's samples to FILE (JSON, format in docs/baselines.md), for another cluster to import."""
+    cluster, directory = _directory(spec, state_dir)
+    with _store(directory) as store:
+        count = baselines.export(store, file, cluster=cluster, profile=profile)
+    out.print(f"wrote {count} samples to {file}", markup=False)
+    return EXIT_OK
+
+
+@baseline_group.command(name="import")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@spec_option
+@state_dir_option
+@json_option
+def import_(file: Path, spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
+    """Add FILE's samples to this cluster's baseline (all or none; a sample kept already is not added twice)."""
+    _cluster, directory = _directory(spec, state_dir)
+    done = baselines.import_file(directory, file, argv=argv())
+    if as_json:
+        emit_json(done.as_dict())
+        return EXIT_OK
+    out.print(f"{done.added} of {done.read} samples added ({done.source}); run {done.run_id}", markup=False)
+    return EXIT_OK
