@@ -108,6 +108,14 @@ def test_a_gpu_inside_the_node_mate_band_is_caught_against_the_baseline_then_ret
     assert story["before"]["stage"] == "node" and story["after"] == "admitted"
     assert story["figures"]["matmul_ratio"]["before"] < 0.95 < story["figures"]["matmul_ratio"]["after"]
 
+    report = json.loads(run_cli("report", str(spec), "--json").stdout)
+    page = Path(report["report"]).read_text()
+    assert "Nodes back from repair" in page and "RMA: GPU 2 replaced" in page
+    assert "matmul_ratio against the hgx-h100 baseline (28 samples)" in page, "16 imported, 12 of this delivery's"
+    data = json.loads(Path(report["report"]).with_suffix(".json").read_text())
+    assert [row["node"] for row in data["returned"]] == ["sim02"]
+    assert not any(point["below"] for row in data["baseline"] for point in row["points"])
+
     history = json.loads(run_cli("history", "sim02", "--spec", str(spec), "--json").stdout)
     moves = [(move["to"], move["stage"], move["by"]) for move in history["moves"]]
     quarantined = moves.index(("quarantined", "node", "pipeline"))

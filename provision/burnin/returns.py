@@ -13,19 +13,28 @@ from provision.checks.baseline import figure_of
 from provision.state import NodeState, StateStore
 
 
+def last_return(store: StateStore, name: str) -> dict[str, Any] | None:
+    """The node's last return from repair, the quarantine before it and the moves after it; ``None`` if never."""
+    moves = store.history(name)
+    index = next((index for index in range(len(moves) - 1, -1, -1) if moves[index]["evidence"].get("returned")),
+                 None)
+    if index is None:
+        return None
+    before = next((move for move in reversed(moves[:index]) if move["to_state"] == NodeState.QUARANTINED.value),
+                  None)
+    return {"returned": moves[index], "quarantined": before, "after": moves[index + 1:]}
+
+
 def returned_nodes(store: StateStore, names: list[str]) -> dict[str, dict[str, Any]]:
-    """node -> the operator's return move and the quarantine before it, for each node whose last move is a return."""
+    """node -> its return move and the quarantine before it, for each node whose last move is a return."""
     found = {}
     for name in names:
         record = store.node(name)
         if record is None or record.state is not NodeState.PROVISIONED:
             continue
-        moves = store.history(name)
-        if not moves or not moves[-1]["evidence"].get("returned"):
-            continue
-        before = next((move for move in reversed(moves[:-1]) if move["to_state"] == NodeState.QUARANTINED.value),
-                      None)
-        found[name] = {"returned": moves[-1], "quarantined": before}
+        last = last_return(store, name)
+        if last is not None and not last["after"]:
+            found[name] = last
     return found
 
 

@@ -100,7 +100,14 @@ def _plots(data: ReportData) -> dict[str, Any]:
         training.append(plots.dots(f"{mode.upper()}: loss after the last step per GPU", [
             (node, [plots.Dot(f"GPU {row['gpu']} (first {row['loss_first']})", row["loss_last"])
                     for row in rows if row["loss_last"] is not None]) for node, rows in groups], y_label="loss"))
-    return {"busbw": busbw, "gpus": gpus, "pairs": pairs, "training": training, "soak": _soak_plots(data)}
+    against = [plots.dots(
+        f"{row['figure']} against the {row['profile']} baseline ({row['count']} samples)",
+        [(node, [plots.Dot(point["item"], point["value"], point["below"]) for point in row["points"]
+                 if point["node"] == node]) for node in dict.fromkeys(point["node"] for point in row["points"])],
+        y_label=row["unit"], threshold=row["floor"], threshold_label=f"floor {row['floor']:.4g}",
+        band=(row["p05"], row["p95"]), zoom=True) for row in data.baseline]
+    return {"busbw": busbw, "gpus": gpus, "pairs": pairs, "training": training, "soak": _soak_plots(data),
+            "baseline": against}
 
 
 #: What the report plots of each soaked node: (title, the series' quantity, y label, plotted as growth since the
@@ -152,6 +159,9 @@ def figure_files(data: ReportData, stem: str) -> dict[str, str]:
     """Every plotted figure as a file beside the report: name -> text."""
     files = {f"{stem}.busbw.csv": _csv(data.busbw), f"{stem}.gpus.csv": _csv(data.gpus),
              f"{stem}.pairs.csv": _csv(data.pairs), f"{stem}.training.csv": _csv(data.training),
+             f"{stem}.baseline.csv": _csv([{"profile": row["profile"], "figure": row["figure"], **point,
+                                            "baseline_median": row["median"], "floor": row["floor"]}
+                                           for row in data.baseline for point in row["points"]]),
              f"{stem}.soak.csv": _csv([{"node": row["node"], "series": name, "hours": at, "value": value}
                                        for row in data.soak for name, points in sorted(row["series"].items())
                                        for at, value in points]),

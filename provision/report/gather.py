@@ -16,9 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provision import cable_repairs
+from provision import baselines, cable_repairs
+from provision.burnin import returns
 from provision.burnin.multinode import stage_limits
 from provision.capacity import capacity
+from provision.checks import baseline
 from provision.errors import Refusal, UsageProblem
 from provision.fabric_view import view_of_cluster
 from provision.ib_fabric import design_fabric, places_of_cables
@@ -57,6 +59,8 @@ class ReportData:
     acceptance: str = ""  # what the soak demonstrated against admission.acceptance, as the burn-in said it
     soak: list[dict[str, Any]] = field(default_factory=list)  # per node plotted: its thinned series and findings
     soak_note: str = ""  # which nodes' telemetry is plotted, of how many soaked
+    baseline: list[dict[str, Any]] = field(default_factory=list)  # per profile and figure: the delivery against it
+    returned: list[dict[str, Any]] = field(default_factory=list)  # nodes back from repair: before and after
 
 
 #: Healthy nodes whose soak telemetry the report plots beside every node the soak failed (a reference, not a census:
@@ -180,6 +184,62 @@ def node_records(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return []
 
 
+def _figures_by_node(records: list[dict[str, Any]]) -> dict[str, baseline.NodeFigures]:
+    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        if "tflops" in record:
+            by_node[record["node"]].append(record)
+    return {node: baseline.node_figures(members) for node, members in sorted(by_node.items())}
+
+
+def baseline_rows(loaded: LoadedSpec, store: StateStore, runs: list[dict[str, Any]],
+                  records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per hardware profile and judged figure: the delivery's items against the baseline of earlier campaigns (the
+    covered runs' own campaigns left out), with the band, the floor and whether each item fell below it."""
+    figures = _figures_by_node(records)
+    if not figures:
+        return []
+    measured_on = "gpu" if all(str(record.get("device", "")).startswith("cuda") for record in records) else "cpu"
+    own = {row["id"] for row in runs}
+    settings = loaded.spec.burnin.baseline
+    profiles = {node.name: node.hardware for node in loaded.nodes}
+    rows = []
+    for profile in sorted({profiles[node] for node in figures if node in profiles}):
+        hardware = baselines.hardware_of(loaded.spec.hardware[profile], measured_on)
+        samples = [sample for sample in store.baseline_samples(profile)
+                   if sample.hardware == hardware and sample.campaign not in own]
+        known = baseline.Baseline.of(profile, ((sample.figure, sample.value, sample.campaign) for sample in samples))
+        for name, found in known.figures.items():
+            figure = baseline.figure_of(name)
+            if not figure.judged or not (measured_on == "gpu" or figure.judged_on_cpu):
+                continue
+            floor = found.floor(settings.margin)
+            points = [{"node": node, "item": item, "value": value,
+                       "below": value < floor if figure.higher_is_better else value > floor}
+                      for node, items in figures.items() if profiles.get(node) == profile
+                      for item, value in items.get(name, [])]
+            rows.append({"profile": profile, "hardware": hardware, "figure": name, "unit": figure.unit,
+                         "median": found.median, "floor": floor, "p05": found.percentile(0.05),
+                         "p95": found.percentile(0.95), "count": found.count, "enough": found.count >=
+                         settings.min_samples, "campaigns": list(found.campaigns), "points": points})
+    return rows
+
+
+def returned_rows(store: StateStore, nodes: list[Any], runs: list[dict[str, Any]],
+                  records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nodes back from repair that the covered runs burned in again: before and after."""
+    own = {row["id"] for row in runs}
+    figures = _figures_by_node(records)
+    rows = []
+    for record in nodes:
+        last = returns.last_return(store, record.name)
+        if last is None or not any(move["run_id"] in own for move in last["after"]):
+            continue
+        rows.append(returns.story(record.name, last, store, {name: list(items) for name, items in
+                                                            figures.get(record.name, {}).items()}))
+    return rows
+
+
 def busbw_rows(collectives: Any) -> list[dict[str, Any]]:
     """nccl-tests style figures of the last collectives attempt that completed."""
     for attempt in reversed(collectives or []):
@@ -285,6 +345,9 @@ def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
                     "reason": record.reason} for record in in_spec],
             cards=_cards(store, in_spec), thresholds=[], cable_findings=findings)
         data.soak, data.soak_note = soak_rows(store, soak_campaign(store, runs, campaign), data.cards)
+        records = node_records(runs)
+        data.baseline = baseline_rows(loaded, store, runs, records)
+        data.returned = returned_rows(store, in_spec, runs, records)
     admitted = sum(1 for row in data.nodes if row["state"] == "admitted")
     data.capacity = capacity(len(data.nodes), admitted, loaded.spec.admission.spare_fraction).line()
     data.acceptance = acceptance_line(runs)
@@ -294,7 +357,7 @@ def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
                        effective_thresholds(loaded.spec.hardware[first.hardware], loaded.spec.fabric,
                                             loaded.spec.burnin.thresholds).items()]
     data.busbw = busbw_rows(_newest(runs, "workers/collectives.json"))
-    data.gpus = gpu_rows(node_records(runs), limits)
+    data.gpus = gpu_rows(records, limits)
     data.device = "cuda" if any(row["device"].startswith("cuda") for row in data.gpus) else (
         "cpu" if data.gpus else "")
     data.pairs = pair_rows(_newest(runs, "pairs-results.json"))

@@ -144,18 +144,29 @@ def lines(title: str, series: Sequence[Series], *, y_label: str, threshold: floa
 
 
 def dots(title: str, groups: Sequence[tuple[str, Sequence[Dot]]], *, y_label: str,
-         threshold: float | None = None, threshold_label: str = "") -> str:
-    """One column per group (a node), one dot per member (a GPU); flagged dots in red."""
+         threshold: float | None = None, threshold_label: str = "",
+         band: tuple[float, float] | None = None, zoom: bool = False) -> str:
+    """One column per group (a node), one dot per member (a GPU); flagged dots in red. ``band``: a shaded range
+    behind the dots (a baseline's 5th to 95th percentile); ``zoom``: the y axis spans the values, not from zero
+    (a ratio near 1 would be a flat line)."""
     values = [dot.value for _, members in groups for dot in members]
     if not values:
         return _frame(title, 0, [f'<text x="{LEFT}" y="60" class="empty">no measurements</text>'])
     y_low, y_high = _span(values, threshold)
+    if zoom:
+        every = [*values, *([threshold] if threshold is not None else []), *(band or ())]
+        pad = (max(every) - min(every)) * 0.1 or abs(max(every)) * 0.01 or 1.0
+        y_low, y_high = min(every) - pad, max(every) + pad
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def y_of(value: float) -> float:
         return TOP + plot_h - (value - y_low) / (y_high - y_low) * plot_h
 
     body = _y_axis(y_low, y_high, y_label, y_of)
+    if band is not None:
+        top, bottom = y_of(min(max(band), y_high)), y_of(max(min(band), y_low))
+        body.append(f'<rect x="{LEFT}" y="{top:.1f}" width="{plot_w}" height="{max(bottom - top, 1):.1f}" '
+                    f'class="band"><title>baseline {_fmt(min(band))} to {_fmt(max(band))}</title></rect>')
     body.append(f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" class="axis"/>')
     body += _threshold(threshold, threshold_label, y_of, y_low, y_high)
     column = plot_w / max(len(groups), 1)
