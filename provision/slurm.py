@@ -234,6 +234,14 @@ def active_reservation() -> str | None:
     return _window[-1] if _window else None
 
 
+def idle_nodes(loaded: LoadedSpec, names: Sequence[str]) -> list[str]:
+    """Which of ``names`` Slurm has idle and in service (no job, not drained, responding): the admitted nodes a
+    small burn-in may borrow as partners without taking them from under a job."""
+    known = client_for(loaded).nodes()
+    return [name for name in names if name in known and known[name].state == "idle" and not known[name].drained
+            and "not_responding" not in known[name].flags]
+
+
 @contextmanager
 def burnin_window(loaded: LoadedSpec, store: StateStore, run_id: str, nodes: Sequence[str]) -> Iterator[str]:
     """The candidates in a maintenance reservation of their own, our drains lifted inside it, for the length of

@@ -187,3 +187,21 @@ def test_only_quarantined_nodes_return_and_all_or_none(tmp_path: Path) -> None:
     assert last["by_operator"] and last["reason"] == "RMA: GPU 3 replaced"
     assert last["evidence"]["quarantined_in"] == "node"
     assert last["evidence"]["quarantined_for"] == "node/matmul: GPU 3 slow"
+
+
+def test_a_small_burn_in_borrows_admitted_partners_for_its_multi_node_stages(tmp_path: Path) -> None:
+    from provision.burnin.phase import partners_for
+
+    loaded = load_spec(write_spec(tmp_path, [], hosts="sim[01-06]"))
+    with StateStore(tmp_path / "state") as store:
+        store.register([(node.name, node.group) for node in loaded.nodes], "r0")
+        for name, target in (("sim01", NodeState.ADMITTED), ("sim02", NodeState.QUARANTINED),
+                             ("sim03", NodeState.ADMITTED), ("sim04", NodeState.ADMITTED),
+                             ("sim05", NodeState.ADMITTED), ("sim06", NodeState.DRAINED)):
+            store.transition(name, target, run_id="r0", reason="test", by_operator=True)
+        returned = [node for node in loaded.nodes if node.name == "sim02"]
+        names = [node.name for node in partners_for(store, loaded, returned, ["preflight", "node", "collectives"])]
+        assert names == ["sim01", "sim03", "sim04"], "admitted nodes only, up to four nodes in all"
+        assert partners_for(store, loaded, returned, ["preflight", "node"]) == [], "no multi-node stage"
+        busy = partners_for(store, loaded, returned, ["pairs"], idle=lambda names: [n for n in names if n != "sim03"])
+        assert [node.name for node in busy] == ["sim01", "sim04", "sim05"], "a node Slurm has busy is not borrowed"

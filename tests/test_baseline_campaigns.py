@@ -98,11 +98,23 @@ def test_a_gpu_inside_the_node_mate_band_is_caught_against_the_baseline_then_ret
     assert returned.returncode == 0, returned.stderr
     refused = run_cli("return", "sim01", "--reason", "nothing wrong", "--spec", str(spec))
     assert refused.returncode == 2 and "not quarantined" in refused.stderr
+    data = yaml.safe_load(spec.read_text())  # the collectives too: a node alone runs them beside partners
+    data["burnin"]["stages"] = [*STAGES, "collectives"]
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
     again = run_cli("apply", str(spec), "--phases", "simulate,register,burnin", "--json", timeout=600)
     applied = json.loads(again.stdout)
     burnin = next(phase for phase in applied["phases"] if phase["phase"] == "burnin")
     assert burnin["admitted"] == ["sim02"], burnin
     assert set(burnin["skipped"]) == {"sim01", "sim03", "sim04"}
+    assert burnin["partners"] == ["sim01", "sim03", "sim04"], "admitted nodes lent to the collectives"
+    judged = json.loads((Path(applied["run_dir"]) / "burnin-collectives.json").read_text())
+    assert [verdict["node"] for verdict in judged] == ["sim02"], "a partner is judged by nobody"
+    lent = [json.loads(line) for line in (Path(applied["run_dir"]) / "events.jsonl").read_text().splitlines()
+            if '"burnin.partners"' in line]
+    assert [verdict["node"] for verdict in lent[0]["partners"]] == ["sim01", "sim03", "sim04"]
+    status = json.loads(run_cli("status", str(spec), "--json").stdout)
+    assert {row["name"]: row["state"] for row in status["nodes"] if row["in_spec"]} == dict.fromkeys(
+        ["sim01", "sim02", "sim03", "sim04"], "admitted")
     assert [entry["node"] for entry in burnin["returned"]] == ["sim02"]
     story = burnin["returned"][0]
     assert story["before"]["stage"] == "node" and story["after"] == "admitted"
@@ -120,7 +132,8 @@ def test_a_gpu_inside_the_node_mate_band_is_caught_against_the_baseline_then_ret
     moves = [(move["to"], move["stage"], move["by"]) for move in history["moves"]]
     quarantined = moves.index(("quarantined", "node", "pipeline"))
     assert moves[quarantined + 1:] == [("provisioned", None, "operator"), ("burning-in", "preflight", "pipeline"),
-                                       ("burning-in", "node", "pipeline"), ("admitted", None, "pipeline")], moves
+                                       ("burning-in", "node", "pipeline"), ("burning-in", "collectives", "pipeline"),
+                                       ("admitted", None, "pipeline")], moves
     assert history["moves"][quarantined + 1]["reason"] == "RMA: GPU 2 replaced"
     assert history["moves"][quarantined + 1]["evidence"]["quarantined_in"] == "node"
 

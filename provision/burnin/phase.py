@@ -117,6 +117,28 @@ STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "dcgm"
 
 #: Stages that start no worker of ours on the nodes, so need no runtime there (DCGM's diagnostic is DCGM's).
 WITHOUT_WORKERS = {"preflight", "dcgm"}
+#: Stages that measure a node against others: a few nodes burning in alone (back from repair) run them beside
+#: admitted partners, up to this many nodes in all (a pair needs a partner; a straggler, a fleet of three).
+WITH_PARTNERS = {"pairs", "collectives", "training"}
+PARTNERED_NODES = 4
+
+
+def partners_for(store: StateStore, loaded: LoadedSpec, taken: list[ResolvedNode], stages: Sequence[str],
+                 idle: Callable[[list[str]], list[str]] | None = None) -> list[ResolvedNode]:
+    """Admitted nodes of the same hardware lent to a burn-in too small for its multi-node stages: they take part
+    and are judged by nobody (a node passes only on its own measurements), and their own state does not change.
+    ``idle``: which of them may be taken now (under the Slurm launcher, the ones Slurm has idle: a partner is
+    borrowed through the burn-in's reservation, never from under a running job)."""
+    if not taken or len(taken) >= PARTNERED_NODES or not WITH_PARTNERS & set(stages):
+        return []
+    names = {node.name for node in taken}
+    profiles = {node.hardware for node in taken}
+    admitted = [node for node in loaded.nodes if node.name not in names and node.hardware in profiles
+                and (record := store.node(node.name)) is not None and record.state is NodeState.ADMITTED]
+    if idle is not None:
+        free = set(idle([node.name for node in admitted]))
+        admitted = [node for node in admitted if node.name in free]
+    return admitted[:PARTNERED_NODES - len(taken)]
 
 
 def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: Sequence[str], *,
@@ -162,18 +184,22 @@ class BurninPhase:
         taken, skipped = eligible(store, context.targets, stages, retest_quarantined=context.retest_quarantined)
         if not taken:
             return PhaseReport(self.name, "no node to burn in", {"skipped": skipped})
-        window = (slurm.burnin_window(loaded, store, run.id, [node.name for node in taken])
-                  if loaded.spec.burnin.launcher == "slurm" else contextlib.nullcontext())
+        on_slurm = loaded.spec.burnin.launcher == "slurm"
+        partners = partners_for(store, loaded, taken, stages,
+                                idle=(lambda names: slurm.idle_nodes(loaded, names)) if on_slurm else None)
+        window = (slurm.burnin_window(loaded, store, run.id, [node.name for node in taken + partners])
+                  if on_slurm else contextlib.nullcontext())
         # one SSH connection per host for every stage of the campaign (observe.shared_sessions)
         with window, observe.shared_sessions(store.state_dir):
-            return self._stages(context, taken, skipped, stages)
+            return self._stages(context, taken, skipped, stages, partners)
 
     def _stages(self, context: PhaseContext, taken: list[ResolvedNode], skipped: dict[str, str],
-                stages: Sequence[str]) -> PhaseReport:
+                stages: Sequence[str], partners: list[ResolvedNode]) -> PhaseReport:
         loaded, store, run = context.loaded, context.store, context.run
         campaign, resumed = store.open_campaign(run.id, stages, loaded.sha256)
         context.campaign = campaign
-        run.event("burnin.campaign", campaign=campaign, resumed=resumed, nodes=[node.name for node in taken])
+        run.event("burnin.campaign", campaign=campaign, resumed=resumed, nodes=[node.name for node in taken],
+                  partners=[node.name for node in partners])
         passed = store.passes(campaign)
         returned = returns.returned_nodes(store, [node.name for node in taken])  # before any of them moves
         measured: dict[str, dict[str, list[tuple[str, float]]]] = {}
@@ -194,7 +220,12 @@ class BurninPhase:
             lacking = {} if stage in WITHOUT_WORKERS else check_runtimes(loaded, due, store.state_dir, stage,
                                                                      context.forks)
             ready = [node for node in due if node.name not in lacking]
-            stage_verdicts = [*lacking.values(), *(STAGES[stage](context, ready) if ready else [])]
+            lent = partners if stage in WITH_PARTNERS and ready else []
+            ran = [*lacking.values(), *(STAGES[stage](context, ready + lent) if ready else [])]
+            stage_verdicts = [verdict for verdict in ran if verdict.node not in {node.name for node in lent}]
+            if lent:  # what the partners showed is said, and judges nobody
+                run.event("burnin.partners", stage=stage, partners=[verdict.as_dict() for verdict in ran
+                                                                    if verdict not in stage_verdicts])
             self._record(context, stage, stage_verdicts)
             failing = [verdict for verdict in stage_verdicts if not verdict.passed]
             if failing and len(failing) * 100 > budget * len(taken) and len(failing) > 1:
@@ -254,7 +285,8 @@ class BurninPhase:
                                                 "skipped": skipped, "campaign": campaign, "resumed": resumed,
                                                 "fabric_findings": cables, "capacity": enough.as_dict(),
                                                 "acceptance": demonstrated, "baseline_samples_kept": kept,
-                                                "returned": stories})
+                                                "returned": stories,
+                                                "partners": [node.name for node in partners]})
 
     @staticmethod
     def _acceptance(context: PhaseContext, verdicts: list[NodeVerdict]) -> str:
