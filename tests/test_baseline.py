@@ -205,3 +205,15 @@ def test_a_small_burn_in_borrows_admitted_partners_for_its_multi_node_stages(tmp
         assert partners_for(store, loaded, returned, ["preflight", "node"]) == [], "no multi-node stage"
         busy = partners_for(store, loaded, returned, ["pairs"], idle=lambda names: [n for n in names if n != "sim03"])
         assert [node.name for node in busy] == ["sim01", "sim04", "sim05"], "a node Slurm has busy is not borrowed"
+
+
+def test_the_training_stage_keeps_each_gpus_median_step_for_the_baseline() -> None:
+    from provision.burnin.launch import NodeRun
+    from provision.burnin.training import step_figures
+
+    run = NodeRun("n1", 0, records=[{"type": "result", "local_rank": local, "device": "cpu",
+                                     "ddp_step_s": [0.1, 0.3, 0.2 + local / 100]} for local in (1, 0)])
+    device, figures = step_figures(run)
+    assert device == "cpu" and [(item, round(value, 6)) for item, value in figures["step_s"]] == [
+        ("GPU 0", 0.2), ("GPU 1", 0.21)]
+    assert baseline.figure_of("step_s").higher_is_better is False

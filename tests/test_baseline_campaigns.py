@@ -107,6 +107,8 @@ def test_a_gpu_inside_the_node_mate_band_is_caught_against_the_baseline_then_ret
     assert burnin["admitted"] == ["sim02"], burnin
     assert set(burnin["skipped"]) == {"sim01", "sim03", "sim04"}
     assert burnin["partners"] == ["sim01", "sim03", "sim04"], "admitted nodes lent to the collectives"
+    kept = json.loads(run_cli("baseline", "show", "--spec", str(spec), "--json").stdout)["profiles"][0]["figures"]
+    assert "busbw_gbps.all_reduce.65536" in kept, "the collectives' figures kept too, per (op, size)"
     judged = json.loads((Path(applied["run_dir"]) / "burnin-collectives.json").read_text())
     assert [verdict["node"] for verdict in judged] == ["sim02"], "a partner is judged by nobody"
     lent = [json.loads(line) for line in (Path(applied["run_dir"]) / "events.jsonl").read_text().splitlines()

@@ -698,6 +698,11 @@ class CollectivesStage:
                     f"{len(self.remaining)} nodes; no straggler"),
                     *([self.rail_checks[node.name]] if node.name in self.rail_checks else []),
                     judge_transport(self.finished_runs[node.name], gpudirect=gpudirect)]))
+                # the world's busbw per (op, size) of the launch the node took part in: its baseline's figures
+                gpu = on_gpu(self.finished_runs[node.name].of("result"))
+                verdicts[-1].measured_on = "gpu" if gpu else "cpu"
+                verdicts[-1].figures = {f"busbw_gbps.{row['op']}.{row['bytes']}": [("world", row["busbw_gbps"])]
+                                        for row in finished["busbw"] if row["scope"] == "all"}
             else:
                 verdicts.append(judge(admission, node.name, "collectives", [CheckResult(
                     "collectives", Outcome.UNKNOWN, "the collectives never completed after removing the nodes that "

@@ -174,6 +174,7 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
     failed: dict[str, list[CheckResult]] = {}
     remaining = list(nodes)
     judged: dict[str, list[CheckResult]] = {}
+    steps: dict[str, tuple[str, dict[str, list[tuple[str, float]]]]] = {}
     for attempt in range(1, MAX_ATTEMPTS + 1):
         if not remaining:  # one node left still trains: DDP and FSDP across its own GPUs
             break
@@ -195,6 +196,7 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
         if len(launches) == 2 and not stopped:
             for trained, resumed in zip(launches[0].nodes, launches[1].nodes, strict=True):
                 judged[trained.node] = judge_training(trained, resumed, nproc, limits["step_time_cv"])
+                steps[trained.node] = step_figures(trained)
             evidence_dir.mkdir(parents=True, exist_ok=True)
             (evidence_dir / "training.json").write_text(json.dumps(training_report(launches[0]), indent=2))
             break
@@ -211,7 +213,17 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
             "training", Outcome.UNKNOWN, "the training test never completed after removing the nodes that stopped it",
             "re-run the burn-in")]
         verdicts.append(judge(loaded.spec.admission, node.name, "training", results))
+        if node.name in steps and node.name not in failed:
+            verdicts[-1].measured_on, verdicts[-1].figures = steps[node.name]
     return verdicts
+
+
+def step_figures(run: NodeRun) -> tuple[str, dict[str, list[tuple[str, float]]]]:
+    """A node's DDP step time per GPU (the median step, seconds) for the fleet's baseline, and where measured."""
+    records = sorted(run.of("result"), key=lambda record: record["local_rank"])
+    device = "gpu" if records and all(str(record["device"]).startswith("cuda") for record in records) else "cpu"
+    return device, {"step_s": [(f"GPU {record['local_rank']}", statistics.median(record["ddp_step_s"]))
+                               for record in records if record.get("ddp_step_s")]}
 
 
 def _step_time_again(loaded: LoadedSpec, suspects: list[ResolvedNode], state_dir: Path,
