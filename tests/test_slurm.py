@@ -15,7 +15,8 @@ import yaml
 
 from provision.cli import main
 from provision.facts.slurm import SlurmNode, parse_nodes
-from provision.slurm import plan_sync, wanted_reason
+from provision.slurm import idle_nodes, plan_sync, wanted_reason
+from provision.spec import load_spec
 from provision.state import NodeRecord, NodeState
 from tests import slurmcluster
 from tests.conftest import run_cli
@@ -114,6 +115,11 @@ def test_admission_reaches_a_real_slurm(sim_spec: Path, tmp_path: Path, capsys: 
         assert reasons["sim02"] == "fan failure, ticket 4711"
         for node, reason in quarantined.items():
             assert reasons[node].startswith(f"provision: quarantined by an operator: {reason} (run ")
+        # the partners a node back from repair may borrow: idle and in service. This Slurm runs no slurmd, so every
+        # node is idle but not responding: none may be borrowed (sim02 an administrator holds besides)
+        listed = {node.name: node for node in parse_nodes(cluster.scontrol("-o", "show", "node").stdout)}
+        assert listed["sim01"].state == "idle" and "not_responding" in listed["sim01"].flags
+        assert idle_nodes(load_spec(spec), ["sim01", "sim02", "sim08"]) == []
         features = {node.name: node.available_features for node in parse_nodes(
             cluster.scontrol("-o", "show", "node").stdout)}
         assert features["sim01"] == ("burnin_ok", "h100-sxm-80gb", "rails8")

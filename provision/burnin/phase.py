@@ -220,12 +220,12 @@ class BurninPhase:
             lacking = {} if stage in WITHOUT_WORKERS else check_runtimes(loaded, due, store.state_dir, stage,
                                                                      context.forks)
             ready = [node for node in due if node.name not in lacking]
-            lent = partners if stage in WITH_PARTNERS and ready else []
-            ran = [*lacking.values(), *(STAGES[stage](context, ready + lent) if ready else [])]
-            stage_verdicts = [verdict for verdict in ran if verdict.node not in {node.name for node in lent}]
+            lent = {node.name: node for node in partners} if stage in WITH_PARTNERS and ready else {}
+            ran = [*lacking.values(), *(STAGES[stage](context, ready + list(lent.values())) if ready else [])]
+            stage_verdicts = [verdict for verdict in ran if verdict.node not in lent]
             if lent:  # what the partners showed is said, and judges nobody
-                run.event("burnin.partners", stage=stage, partners=[verdict.as_dict() for verdict in ran
-                                                                    if verdict not in stage_verdicts])
+                run.event("burnin.partners", stage=stage,
+                          partners=[verdict.as_dict() for verdict in ran if verdict.node in lent])
             self._record(context, stage, stage_verdicts)
             failing = [verdict for verdict in stage_verdicts if not verdict.passed]
             if failing and len(failing) * 100 > budget * len(taken) and len(failing) > 1:

@@ -48,7 +48,7 @@ class Figure:
 
 
 FIGURES: dict[str, Figure] = {figure.name: figure for figure in (
-    Figure("matmul_ratio", "node", "x node-mates", judged_on_cpu=True),
+    Figure("matmul_ratio", "node", "x mates", judged_on_cpu=True),
     Figure("matmul_tflops", "node", "TFLOPS"),
     Figure("memory_gbps", "node", "GB/s"),
     Figure("intranode_busbw_gbps", "node", "GB/s"),

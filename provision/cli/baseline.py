@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich import box
 from rich.table import Table
 
 from provision import baselines
@@ -52,7 +53,8 @@ def baseline_group() -> None:
 @state_dir_option
 @json_option
 def show(spec: Path | None, profile: str | None, state_dir: Path | None, as_json: bool) -> int:
-    """Each profile's figures: samples, median, spread, 5th and 95th percentiles, and the campaigns behind them."""
+    """Each profile's figures: samples (n), median, robust spread (sd: 1.4826 x MAD), 5th and 95th percentiles,
+    and how many campaigns (runs) they came from."""
     _cluster, directory = _directory(spec, state_dir)
     with _store(directory) as store:
         found = baselines.profiles(store, profile)
@@ -64,13 +66,13 @@ def show(spec: Path | None, profile: str | None, state_dir: Path | None, as_json
                   "`provision baseline import FILE`", markup=False)
         return EXIT_OK
     for entry in found:
-        table = Table(title=f"{entry.profile} ({entry.hardware})", title_justify="left")
-        for column in ("figure", "samples", "median", "robust sd", "p05", "p95", "unit", "campaigns"):
-            table.add_column(column, justify="right" if column not in ("figure", "unit", "campaigns") else "left")
+        table = Table(title=f"{entry.profile} ({entry.hardware})", title_justify="left", box=box.SIMPLE,
+                      pad_edge=False)
+        for column in ("figure", "n", "median", "sd", "p05", "p95", "runs"):
+            table.add_column(column, justify="left" if column in ("figure", "unit") else "right", no_wrap=True)
         for name, figure in entry.figures.items():
-            table.add_row(name, str(figure["count"]), f"{figure['median']:.4g}", f"{figure['robust_sd']:.3g}",
-                          f"{figure['p05']:.4g}", f"{figure['p95']:.4g}", str(figure["unit"]),
-                          str(len(figure["campaigns"])))
+            table.add_row(name, str(figure["count"]), f"{figure['median']:.4g}", f"{figure['robust_sd']:.2g}",
+                          f"{figure['p05']:.4g}", f"{figure['p95']:.4g}", str(len(figure["campaigns"])))
         out.print(table)
     return EXIT_OK
 
