@@ -10,7 +10,7 @@ documented in docs/baselines.md and versioned: a file of a newer version is refu
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,11 +42,12 @@ def hardware_of(profile: HardwareProfile, measured_on: str) -> str:
 
 
 def baseline_for(store: StateStore, loaded: LoadedSpec, profile: str, *, measured_on: str,
-                 exclude_campaign: str | None = None) -> baseline.Baseline | None:
-    """The profile's baseline on the same hardware, the running campaign's own figures left out."""
+                 exclude: Collection[str] = ()) -> baseline.Baseline | None:
+    """The profile's baseline on the same hardware, the figures of the campaigns being judged (``exclude``) left
+    out."""
     hardware = hardware_of(loaded.spec.hardware[profile], measured_on)
     samples = [sample for sample in store.baseline_samples(profile)
-               if sample.hardware == hardware and sample.campaign != exclude_campaign]
+               if sample.hardware == hardware and sample.campaign not in exclude]
     if not samples:
         return None
     return baseline.Baseline.of(profile, ((sample.figure, sample.value, sample.campaign) for sample in samples))
@@ -64,7 +65,7 @@ class Judge:
         if (profile, measured_on) not in self._baselines:
             self._baselines[profile, measured_on] = baseline_for(self.store, self.loaded, profile,
                                                                  measured_on=measured_on,
-                                                                 exclude_campaign=self.campaign)
+                                                                 exclude=(self.campaign,))
         return self._baselines[profile, measured_on]
 
     def __call__(self, node: ResolvedNode, figures: baseline.NodeFigures, on_gpu: bool) -> CheckResult:

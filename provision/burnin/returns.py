@@ -7,6 +7,7 @@ the same figure now (the worst item of each: the GPU that was slow, the port tha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from provision.checks.baseline import figure_of
@@ -38,13 +39,10 @@ def returned_nodes(store: StateStore, names: list[str]) -> dict[str, dict[str, A
     return found
 
 
-def _worst(name: str, items: list[list[Any]] | list[tuple[str, float]]) -> float:
+def _worst(name: str, items: Sequence[Sequence[Any]]) -> float:
+    """The worst item's value (items as kept in a move's evidence: JSON lists of item and value)."""
     values = [float(value) for _item, value in items]
-    try:
-        higher = figure_of(name).higher_is_better
-    except KeyError:
-        higher = True
-    return min(values) if higher else max(values)
+    return min(values) if figure_of(name).higher_is_better else max(values)
 
 
 def story(name: str, returned: dict[str, Any], store: StateStore,

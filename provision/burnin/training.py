@@ -26,6 +26,7 @@ from provision.burnin.multinode import (
     worker_problems,
 )
 from provision.burnin.verdict import NodeVerdict, judge
+from provision.checks.node_stage import on_gpu
 from provision.checks.outcome import CheckResult, Outcome
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
@@ -221,9 +222,9 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
 def step_figures(run: NodeRun) -> tuple[str, dict[str, list[tuple[str, float]]]]:
     """A node's DDP step time per GPU (the median step, seconds) for the fleet's baseline, and where measured."""
     records = sorted(run.of("result"), key=lambda record: record["local_rank"])
-    device = "gpu" if records and all(str(record["device"]).startswith("cuda") for record in records) else "cpu"
-    return device, {"step_s": [(f"GPU {record['local_rank']}", statistics.median(record["ddp_step_s"]))
-                               for record in records if record.get("ddp_step_s")]}
+    steps = [(f"GPU {record['local_rank']}", statistics.median(record["ddp_step_s"])) for record in records
+             if record.get("ddp_step_s")]
+    return "gpu" if on_gpu(records) else "cpu", {"step_s": steps}
 
 
 def _step_time_again(loaded: LoadedSpec, suspects: list[ResolvedNode], state_dir: Path,

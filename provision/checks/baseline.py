@@ -46,6 +46,14 @@ class Figure:
     judged_on_cpu: bool = False
     judged: bool = True
 
+    def judged_on(self, on_gpu: bool) -> bool:
+        """Whether an item is held against its baseline when measured on a GPU (or on CPU workers)."""
+        return self.judged and (on_gpu or self.judged_on_cpu)
+
+    def falls_below(self, value: float, floor: float) -> bool:
+        """Worse than ``floor``: under it where more is better, over it where less is."""
+        return value < floor if self.higher_is_better else value > floor
+
 
 FIGURES: dict[str, Figure] = {figure.name: figure for figure in (
     Figure("matmul_ratio", "node", "x mates", judged_on_cpu=True),
@@ -127,10 +135,6 @@ class Baseline:
                              for figure, found in sorted(values.items())})
 
 
-def _below(figure: Figure, value: float, floor: float) -> bool:
-    return value < floor if figure.higher_is_better else value > floor
-
-
 def _describe(figure: Figure, value: float, known: FigureBaseline, floor: float) -> str:
     unit = "" if figure.unit.startswith("x") else f" {figure.unit}"
     return (f"{value:.4g}{unit} against the baseline's median {known.median:.4g} (floor {floor:.4g}, "
@@ -146,7 +150,7 @@ def judge_node_figures(figures: NodeFigures, baseline: Baseline | None, *, margi
     judged, short, below, evidence = [], [], [], []
     for name, items in figures.items():
         figure = figure_of(name)
-        if not figure.judged or not (on_gpu or figure.judged_on_cpu) or not items:
+        if not figure.judged_on(on_gpu) or not items:
             continue
         known = baseline.figures.get(name) if baseline is not None else None
         if known is None or known.count < min_samples:
@@ -157,7 +161,7 @@ def judge_node_figures(figures: NodeFigures, baseline: Baseline | None, *, margi
         for label, value in items:
             line = f"{label}: {name} {_describe(figure, value, known, floor)}"
             evidence.append(line)
-            if _below(figure, value, floor):
+            if figure.falls_below(value, floor):
                 below.append(line)
     if below:
         return CheckResult("baseline", Outcome.FAILED, below[0] + (f" (+{len(below) - 1} more)" if len(below) > 1
@@ -194,7 +198,7 @@ def delivery_below(figures: Iterable[NodeFigures], baseline: Baseline | None, *,
             continue
         median = statistics.median(values)
         limit = known.median * (1 - margin) if figure.higher_is_better else known.median * (1 + margin)
-        if _below(figure, median, limit):
+        if figure.falls_below(median, limit):
             change = median / known.median - 1
             lines.append(f"{name}: the delivery's median {median:.4g} {figure.unit} is {change:+.1%} from the "
                          f"baseline's {known.median:.4g} ({known.count} samples of "

@@ -12,34 +12,16 @@ from provision import baselines
 from provision.cli.common import (
     argv,
     emit_json,
+    existing_store,
     json_option,
     out,
-    state_dir_of,
+    spec_option,
+    spec_or_state_dir,
     state_dir_option,
-    state_dir_without_spec,
 )
-from provision.errors import EXIT_OK, UsageProblem
-from provision.spec import load_spec
-from provision.state import StateStore
+from provision.errors import EXIT_OK
 
-spec_option = click.option("--spec", type=click.Path(path_type=Path, dir_okay=False),
-                           help="The cluster's spec file (default: the one cluster under ./.provision).")
 profile_option = click.option("--profile", help="Only this hardware profile.")
-
-
-def _directory(spec: Path | None, state_dir: Path | None) -> tuple[str, Path]:
-    if spec is not None:
-        loaded = load_spec(spec)
-        return loaded.spec.cluster.name, state_dir_of(loaded, state_dir)
-    directory = state_dir_without_spec(state_dir)
-    return directory.name, directory
-
-
-def _store(directory: Path) -> StateStore:
-    store = StateStore.open_readonly(directory)
-    if store is None:
-        raise UsageProblem(f"no state store in {directory}: run `provision apply` first")
-    return store
 
 
 @click.group(name="baseline")
@@ -55,8 +37,8 @@ def baseline_group() -> None:
 def show(spec: Path | None, profile: str | None, state_dir: Path | None, as_json: bool) -> int:
     """Each profile's figures: samples (n), median, robust spread (sd: 1.4826 x MAD), 5th and 95th percentiles,
     and how many campaigns (runs) they came from."""
-    _cluster, directory = _directory(spec, state_dir)
-    with _store(directory) as store:
+    _loaded, directory = spec_or_state_dir(spec, state_dir)
+    with existing_store(directory) as store:
         found = baselines.profiles(store, profile)
     if as_json:
         emit_json({"profiles": [entry.as_dict() for entry in found]})
@@ -69,7 +51,7 @@ def show(spec: Path | None, profile: str | None, state_dir: Path | None, as_json
         table = Table(title=f"{entry.profile} ({entry.hardware})", title_justify="left", box=box.SIMPLE,
                       pad_edge=False)
         for column in ("figure", "n", "median", "sd", "p05", "p95", "runs"):
-            table.add_column(column, justify="left" if column in ("figure", "unit") else "right", no_wrap=True)
+            table.add_column(column, justify="left" if column == "figure" else "right", no_wrap=True)
         for name, figure in entry.figures.items():
             table.add_row(name, str(figure["count"]), f"{figure['median']:.4g}", f"{figure['robust_sd']:.2g}",
                           f"{figure['p05']:.4g}", f"{figure['p95']:.4g}", str(len(figure["campaigns"])))
@@ -84,8 +66,9 @@ def show(spec: Path | None, profile: str | None, state_dir: Path | None, as_json
 @state_dir_option
 def export(file: Path, spec: Path | None, profile: str | None, state_dir: Path | None) -> int:
     """Write the baseline's samples to FILE (JSON, format in docs/baselines.md), for another cluster to import."""
-    cluster, directory = _directory(spec, state_dir)
-    with _store(directory) as store:
+    loaded, directory = spec_or_state_dir(spec, state_dir)
+    cluster = loaded.spec.cluster.name if loaded is not None else directory.name  # .provision/<cluster>
+    with existing_store(directory) as store:
         count = baselines.export(store, file, cluster=cluster, profile=profile)
     out.print(f"wrote {count} samples to {file}", markup=False)
     return EXIT_OK
@@ -98,7 +81,7 @@ def export(file: Path, spec: Path | None, profile: str | None, state_dir: Path |
 @json_option
 def import_(file: Path, spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
     """Add FILE's samples to this cluster's baseline (all or none; a sample kept already is not added twice)."""
-    _cluster, directory = _directory(spec, state_dir)
+    _loaded, directory = spec_or_state_dir(spec, state_dir)
     done = baselines.import_file(directory, file, argv=argv())
     if as_json:
         emit_json(done.as_dict())

@@ -8,20 +8,21 @@ import click
 from rich.table import Table
 
 from provision import history
-from provision.cli.common import emit_json, json_option, out, state_dir_of, state_dir_option, state_dir_without_spec
-from provision.errors import EXIT_OK, UsageProblem
-from provision.spec import load_spec
+from provision.cli.common import (
+    emit_json,
+    existing_store,
+    json_option,
+    out,
+    spec_option,
+    spec_or_state_dir,
+    state_dir_option,
+)
+from provision.errors import EXIT_OK
 from provision.state import StateStore
-
-spec_option = click.option("--spec", type=click.Path(path_type=Path, dir_okay=False), help="The cluster's spec file.")
 
 
 def _store(spec: Path | None, state_dir: Path | None) -> StateStore:
-    directory = state_dir_of(load_spec(spec), state_dir) if spec is not None else state_dir_without_spec(state_dir)
-    store = StateStore.open_readonly(directory)
-    if store is None:
-        raise UsageProblem(f"no state store in {directory}: run `provision apply` first")
-    return store
+    return existing_store(spec_or_state_dir(spec, state_dir)[1])
 
 
 def _evidence(evidence: dict) -> str:

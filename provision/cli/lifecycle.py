@@ -15,6 +15,7 @@ from provision.cli.common import (
     argv,
     emit_json,
     err,
+    existing_store,
     forks_option,
     json_option,
     limit_option,
@@ -28,7 +29,7 @@ from provision.cli.common import (
 from provision.cli.live import Board
 from provision.cli.progress import event_printer
 from provision.cli.render import print_status, quarantine_check
-from provision.errors import EXIT_OK, UsageProblem
+from provision.errors import EXIT_OK
 from provision.spec import LoadedSpec, load_spec
 from provision.state import NodeState, StateStore
 
@@ -161,10 +162,7 @@ def status(spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
         spare = None
         directory = state_dir_without_spec(state_dir)
         cluster = directory.name
-    store = StateStore.open_readonly(directory)
-    if store is None:
-        raise UsageProblem(f"no state store in {directory}: run `provision apply` first")
-    with store:
+    with existing_store(directory) as store:
         if as_json:
             runs = store.runs(limit=1)
             in_spec = [record for record in store.nodes() if record.in_spec]

@@ -8,10 +8,9 @@ from pathlib import Path
 import click
 
 from provision import metrics
-from provision.cli.common import out, spec_argument, state_dir_of, state_dir_option
-from provision.errors import EXIT_OK, UsageProblem
+from provision.cli.common import existing_store, out, spec_argument, state_dir_of, state_dir_option
+from provision.errors import EXIT_OK
 from provision.spec import load_spec
-from provision.state import StateStore
 
 
 @click.command(name="metrics")
@@ -24,11 +23,8 @@ def metrics_command(spec: Path, directory: Path | None, state_dir: Path | None) 
     """Write node states, check outcomes, bandwidths, matmul figures, suspect cables and run outcomes as metrics."""
     loaded = load_spec(spec)
     target = state_dir_of(loaded, state_dir)
-    store = StateStore.open_readonly(target)
-    if store is None:
-        raise UsageProblem(f"no state store in {target}: run `provision apply` first")
     directory = directory or metrics.textfile_dir(loaded)
-    with store:
+    with existing_store(target) as store:
         if directory is None:
             sys.stdout.write(metrics.exposition(metrics.families(loaded, store, target)))
             return EXIT_OK

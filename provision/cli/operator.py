@@ -12,20 +12,14 @@ from provision.cli.common import (
     emit_json,
     json_option,
     out,
-    state_dir_of,
+    spec_option,
+    spec_or_state_dir,
     state_dir_option,
-    state_dir_without_spec,
 )
 from provision.cli.render import print_sinks
 from provision.errors import EXIT_OK
-from provision.spec import LoadedSpec, load_spec
 from provision.state import NodeState, StateStore
 from topology import hostlist
-
-
-def _directory(spec: Path | None, state_dir: Path | None) -> tuple[LoadedSpec | None, Path]:
-    loaded = load_spec(spec) if spec is not None else None
-    return loaded, state_dir_of(loaded, state_dir) if loaded is not None else state_dir_without_spec(state_dir)
 
 
 def _show(move: operator.Move, directory: Path, as_json: bool, line: str) -> int:
@@ -43,11 +37,11 @@ def _show(move: operator.Move, directory: Path, as_json: bool, line: str) -> int
 def _command(target: NodeState, help_text: str) -> click.Command:
     @click.argument("hosts", metavar="HOSTLIST")
     @click.option("--reason", required=True, help="Why; kept in the node's history.")
-    @click.option("--spec", type=click.Path(path_type=Path, dir_okay=False), help="The cluster's spec file.")
+    @spec_option
     @state_dir_option
     @json_option
     def command(hosts: str, reason: str, spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
-        loaded, directory = _directory(spec, state_dir)
+        loaded, directory = spec_or_state_dir(spec, state_dir)
         move = operator.move_nodes(directory, target, hosts, reason, argv=argv(), spec=loaded)
         return _show(move, directory, as_json, f"{target.value}: {hostlist.compress(move.nodes)} ({reason})")
 
@@ -63,12 +57,12 @@ drain = _command(NodeState.DRAINED, "Set nodes aside; the pipeline leaves them a
 @click.command(name=operator.RETURN)
 @click.argument("hosts", metavar="HOSTLIST")
 @click.option("--reason", required=True, help="What was repaired (an RMA, a reseat); kept in the node's history.")
-@click.option("--spec", type=click.Path(path_type=Path, dir_okay=False), help="The cluster's spec file.")
+@spec_option
 @state_dir_option
 @json_option
 def return_command(hosts: str, reason: str, spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
     """Quarantined nodes back from repair: the next apply burns them in again, every stage."""
-    loaded, directory = _directory(spec, state_dir)
+    loaded, directory = spec_or_state_dir(spec, state_dir)
     move = operator.return_nodes(directory, hosts, reason, argv=argv(), spec=loaded)
     return _show(move, directory, as_json, f"returned: {hostlist.compress(move.nodes)} ({reason}); the next apply "
                  "burns them in again, every stage")

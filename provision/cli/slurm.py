@@ -7,11 +7,19 @@ from pathlib import Path
 import click
 
 from provision import slurm
-from provision.cli.common import argv, emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
-from provision.errors import EXIT_OK, EXIT_PROBLEMS, UsageProblem
+from provision.cli.common import (
+    argv,
+    emit_json,
+    existing_store,
+    json_option,
+    out,
+    spec_argument,
+    state_dir_of,
+    state_dir_option,
+)
+from provision.errors import EXIT_OK, EXIT_PROBLEMS
 from provision.run_context import SpecIdentity, mutating_run
 from provision.spec import load_spec
-from provision.state import StateStore
 
 
 @click.group(name="slurm")
@@ -31,10 +39,7 @@ def slurm_sync(spec: Path, dry_run: bool, state_dir: Path | None, as_json: bool)
     loaded = load_spec(spec)
     directory = state_dir_of(loaded, state_dir)
     if dry_run:
-        store = StateStore.open_readonly(directory)
-        if store is None:
-            raise UsageProblem(f"no state store in {directory}: run `provision apply` first")
-        with store:
+        with existing_store(directory) as store:
             result = slurm.sync(loaded, store, dry_run=True)
     else:
         with mutating_run(directory, "slurm-sync", argv(), spec=SpecIdentity(loaded.path.resolve(), loaded.sha256)

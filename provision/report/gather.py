@@ -21,6 +21,7 @@ from provision.burnin import returns
 from provision.burnin.multinode import stage_limits
 from provision.capacity import capacity
 from provision.checks import baseline
+from provision.checks.node_stage import on_gpu
 from provision.errors import Refusal, UsageProblem
 from provision.fabric_view import view_of_cluster
 from provision.ib_fabric import design_fabric, places_of_cables
@@ -199,23 +200,20 @@ def baseline_rows(loaded: LoadedSpec, store: StateStore, runs: list[dict[str, An
     figures = _figures_by_node(records)
     if not figures:
         return []
-    measured_on = "gpu" if all(str(record.get("device", "")).startswith("cuda") for record in records) else "cpu"
+    measured_on = "gpu" if on_gpu(records) else "cpu"
     own = {row["id"] for row in runs}
     settings = loaded.spec.burnin.baseline
     profiles = {node.name: node.hardware for node in loaded.nodes}
     rows = []
     for profile in sorted({profiles[node] for node in figures if node in profiles}):
         hardware = baselines.hardware_of(loaded.spec.hardware[profile], measured_on)
-        samples = [sample for sample in store.baseline_samples(profile)
-                   if sample.hardware == hardware and sample.campaign not in own]
-        known = baseline.Baseline.of(profile, ((sample.figure, sample.value, sample.campaign) for sample in samples))
-        for name, found in known.figures.items():
+        known = baselines.baseline_for(store, loaded, profile, measured_on=measured_on, exclude=own)
+        for name, found in (known.figures if known is not None else {}).items():
             figure = baseline.figure_of(name)
-            if not figure.judged or not (measured_on == "gpu" or figure.judged_on_cpu):
+            if not figure.judged_on(measured_on == "gpu"):
                 continue
             floor = found.floor(settings.margin)
-            points = [{"node": node, "item": item, "value": value,
-                       "below": value < floor if figure.higher_is_better else value > floor}
+            points = [{"node": node, "item": item, "value": value, "below": figure.falls_below(value, floor)}
                       for node, items in figures.items() if profiles.get(node) == profile
                       for item, value in items.get(name, [])]
             rows.append({"profile": profile, "hardware": hardware, "figure": name, "unit": figure.unit,
