@@ -42,8 +42,10 @@ lint: install
 bytecode: install
 	$(BIN)/python -m compileall -q provision topology fabric_tests
 
+# Two workers: half the suite's time is a cluster waiting (a reboot, a timeout, a daemon's answer, sshd), which the
+# other worker's cluster fills; a module is one unit of work, the longest first (tests/conftest.py's scheduler).
 test: install apt-packages lint bytecode
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadscope
 
 # Every test that starts no cluster, daemon, browser or process (tests/conftest.py marks the others slow): parsers,
 # judgements, replayed launches, the fabric model, the spec, the layering (< 30 s). They are pure and single-threaded,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import types
 from pathlib import Path
 from typing import Any
@@ -72,9 +74,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """``PROVISION_TEST_TIMES=FILE``: each phase of each test and its seconds, appended as it ends (a run cut short
     still says where its time went)."""
     path = os.environ.get("PROVISION_TEST_TIMES")
-    if path:
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):  # under xdist: the controller writes, once a report
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "-")
         with open(path, "a") as times:
-            times.write(f"{report.duration:.2f} {report.when} {report.nodeid}\n")
+            times.write(f"{report.duration:.2f} {report.when} {report.nodeid.split('@')[0]} {worker}\n")
 
 
 # -- fast by default ----------------------------------------------------------------------------------------------
@@ -123,6 +126,11 @@ def _reaches_heavy(function: Any, seen: set[int]) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _mark_fast_or_slow(items)
+    _order_longest_first(items)
+
+
+def _mark_fast_or_slow(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") or item.get_closest_marker("fast"):
             continue
@@ -133,3 +141,72 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             functions.extend(definition.func for definition in definitions)
         heavy = any(_reaches_heavy(function, seen) for function in functions if function is not None)
         item.add_marker(pytest.mark.slow if heavy else pytest.mark.fast)
+
+
+# -- two workers ------------------------------------------------------------------------------------------------
+#: Modules that change one thing of this machine's and so never run beside each other: the login user's password
+#: and sudoers (the SSH modules), the probe for free consecutive ports (the Slurm modules).
+SHARED_MACHINE_STATE = {
+    "test_connection": "login-user", "test_fanout": "login-user", "test_provision_ssh": "login-user",
+    "test_slurm": "slurm", "test_slurm_launcher": "slurm",
+}
+#: The longest modules, longest first (seconds of a clean-clone run on two cores, PROVISION_TEST_TIMES): handed
+#: out first, so that the last module a worker starts is a short one and the two workers end together.
+LONGEST_FIRST = ("test_sim_namespace", "test_provision", "test_burnin_multinode", "test_baseline_campaigns",
+                 "test_slurm", "test_slurm_launcher", "test_bmc_recovery", "test_burnin_soak", "test_provision_ssh",
+                 "test_burnin_training", "test_sim", "test_burnin_invariant", "test_cli", "test_provision_budget",
+                 "test_fanout", "test_connection", "test_burnin_pairs", "test_spec_fuzz", "test_burnin_resume",
+                 "test_bmc", "test_spec_mutations")
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under ``make test``'s two workers: its module, or the shared unit of
+    the modules in :data:`SHARED_MACHINE_STATE`."""
+    return SHARED_MACHINE_STATE.get(_module(nodeid), _module(nodeid))
+
+
+def _order_longest_first(items: list[pytest.Item]) -> None:
+    """The units in :data:`LONGEST_FIRST`'s order, then the others as collected; a unit's tests stay together, in
+    their own order. Serial runs see the same order."""
+    ranks = {}
+    for index, name in enumerate(LONGEST_FIRST):
+        ranks.setdefault(SHARED_MACHINE_STATE.get(name, name), index)
+    items.sort(key=lambda item: ranks.get(_unit(item.nodeid), len(LONGEST_FIRST)))  # stable
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test`` runs two pytest-xdist workers, each handed whole units (:func:`_unit`): a module's
+    module-scoped cluster is set up once, on one worker, and modules that change the same thing of this machine's
+    never run beside each other. (``--dist loadgroup`` would do it with marks, but pytest 9 ignores the node ids
+    pytest-xdist 3.8 rewrites for it.)"""
+    if config.getvalue("dist") != "loadscope":  # make test-fast spreads single tests: pytest-xdist's own
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return UnitScheduling(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One folder for the whole run, workers included (they inherit this environment): the clusters provisioned
+    once a run (:mod:`tests.simhelpers`) live there, whichever worker provisioned them."""
+    if not hasattr(config, "workerinput") and "PROVISION_TEST_SHARED" not in os.environ:
+        os.environ["PROVISION_TEST_SHARED"] = tempfile.mkdtemp(prefix="provision-tests-")
+        config.stash[_SHARED_KEY] = os.environ["PROVISION_TEST_SHARED"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(_SHARED_KEY, None)
+    if shared:
+        shutil.rmtree(shared, ignore_errors=True)
+        os.environ.pop("PROVISION_TEST_SHARED", None)
+
+
+_SHARED_KEY = pytest.StashKey[str]()

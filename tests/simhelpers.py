@@ -5,7 +5,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import fcntl
+import hashlib
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -78,6 +81,23 @@ class SimHost:
         return self
 
 
+def processes_of(directory: Path, *, running: str = "") -> list[str]:
+    """Live processes whose environment names ``directory`` (every simulated node's PATH is under it) and whose
+    command line holds ``running``: this test's cluster's, never those of a test beside it on the other worker."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if str(directory).encode() in (proc / "environ").read_bytes():
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if running in command:
+                    found.append(command)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
 def bring_up(directory: Path, faults: list[dict], **kwargs) -> tuple[Path, dict]:
     spec = write_spec(directory, faults, **kwargs)
     state_dir = directory / "state"
@@ -136,9 +156,6 @@ def strikes_in_service(kind: str) -> bool:
     return fault.layer != "node" or fault.stage != "provision"
 
 
-_provisioned: dict[str, Path] = {}  # a spec's shape -> the folder of a cluster of that shape provisioned this session
-
-
 def _shape(data: dict) -> str:
     """What provisioning depends on: the spec less its hosts (a subset of one provisioned cluster will do), its
     faults and collective semantics (set per host below), its burn-in, its admission and its Slurm (which only
@@ -158,10 +175,7 @@ def _from_provisioned(spec: Path) -> bool:
     if len(groups) != 1 or not set(hostlist.expand(groups[0]["hosts"])) <= set(hostlist.expand(PROVISIONED_HOSTS)) \
             or not all(strikes_in_service(fault["kind"]) for fault in faults) or (spec.parent / ".provision").exists():
         return False
-    shape = _shape(data)
-    if shape not in _provisioned:
-        _provisioned[shape] = _provision_once(data)
-    source = _provisioned[shape]
+    source = _provisioned_once(data)
     shutil.copytree(source / ".provision", spec.parent / ".provision", symlinks=True)
     _relocate(spec.parent / ".provision", str(source), str(spec.parent))
     loaded = load_spec(spec)
@@ -181,17 +195,29 @@ def _from_provisioned(spec: Path) -> bool:
     return True
 
 
-def _provision_once(data: dict) -> Path:
+def _provisioned_once(data: dict) -> Path:
+    """The folder of a fault-free cluster of the spec's shape, provisioned once a run: by whichever worker asks
+    first, under a lock the other waits on, in the folder the run shares (tests/conftest.py)."""
     from tests.conftest import run_cli
 
-    directory = Path(tempfile.mkdtemp(prefix="provisioned-"))
-    atexit.register(shutil.rmtree, directory, True)
-    whole = copy.deepcopy(data)
-    whole["nodes"]["groups"][0]["hosts"] = PROVISIONED_HOSTS
-    whole["simulation"] = {"seed": data["simulation"]["seed"], "faults": []}
-    (directory / "spec.yaml").write_text(yaml.safe_dump(whole, sort_keys=False))
-    applied = run_cli("apply", str(directory / "spec.yaml"), "--phases", "simulate,register,provision", timeout=600)
-    assert applied.returncode == 0, applied.stderr
+    if not os.environ.get("PROVISION_TEST_SHARED"):  # outside pytest (tests/record_launches.py): this process's
+        os.environ["PROVISION_TEST_SHARED"] = tempfile.mkdtemp(prefix="provision-tests-")
+        atexit.register(shutil.rmtree, os.environ["PROVISION_TEST_SHARED"], True)
+    shared = Path(os.environ["PROVISION_TEST_SHARED"])
+    directory = shared / f"provisioned-{hashlib.sha256(_shape(data).encode()).hexdigest()[:12]}"
+    with open(shared / f"{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (directory / ".provisioned").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+            whole = copy.deepcopy(data)
+            whole["nodes"]["groups"][0]["hosts"] = PROVISIONED_HOSTS
+            whole["simulation"] = {"seed": data["simulation"]["seed"], "faults": []}
+            (directory / "spec.yaml").write_text(yaml.safe_dump(whole, sort_keys=False))
+            applied = run_cli("apply", str(directory / "spec.yaml"), "--phases", "simulate,register,provision",
+                              timeout=600)
+            assert applied.returncode == 0, applied.stderr
+            (directory / ".provisioned").write_text("")
     return directory
 
 

@@ -8,6 +8,7 @@ this module only writes what it needs and says how to run it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
@@ -26,9 +27,12 @@ def run(*command: str, input_text: str | None = None) -> str:
 
 
 def ensure_user() -> None:
-    if subprocess.run(["id", USER], capture_output=True).returncode != 0:
-        run("useradd", "-m", "-s", "/bin/sh", USER)
-        run("usermod", "-p", "*", USER)  # locked for passwords, but key logins work with UsePAM no
+    """The login user, made once: under a lock, as the two workers of ``make test`` may both ask at once."""
+    with open("/tmp/provision-test-login-user.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if subprocess.run(["id", USER], capture_output=True).returncode != 0:
+            run("useradd", "-m", "-s", "/bin/sh", USER)
+            run("usermod", "-p", "*", USER)  # locked for passwords, but key logins work with UsePAM no
 
 
 def free_port(address: str) -> int:

@@ -9,7 +9,6 @@ test process left behind anywhere.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from provision.spec.faults import CATALOG
 from tests import browser
 from tests.conftest import run_cli
-from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
+from tests.simhelpers import processes_of, provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 FAULTS = [
     {"kind": "slow_gpu", "node": "sim02", "target": "gpu1", "params": {"factor": 0.5}},
@@ -89,8 +88,8 @@ def test_busbw_is_recorded_per_scope_and_operation(burned_in: dict) -> None:
 
 
 def test_no_test_process_survives(burned_in: dict) -> None:
-    left = subprocess.run(["pgrep", "-f", "fabric_tests.agent"], capture_output=True, text=True, check=False)
-    assert left.stdout.strip() == "", left.stdout
+    left = processes_of(burned_in["spec"].parent, running="fabric_tests.agent")
+    assert not left, left
 
 
 def test_a_corrupting_rank_is_isolated_by_group_testing(burned_in: dict) -> None:

@@ -6,7 +6,6 @@ tomography naming each; then ``provision topology flaps`` reads the simulated fa
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import yaml
 
 from tests import browser
 from tests.conftest import run_cli
-from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
+from tests.simhelpers import processes_of, provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 HOST_CABLE = "leaf-su01-r2/3 - sim03/mlx5_4/1"
 FLAPPING = "leaf-su01-r0/5 - spine-g01-01/1"
@@ -66,8 +65,9 @@ def test_results_are_in_the_format_tomography_reads_and_no_test_process_is_left(
     assert all(finding["routing"] == routing for finding in burned_in["report"]["fabric_suspects"])
     slow = [test for test in results["tests"] if not test["passed"]]
     assert slow and all(test["gbps"] < test["threshold_gbps"] for test in slow)
-    left = subprocess.run(["pgrep", "-f", "ib_write_bw|fabric_tests.perftest"], capture_output=True, text=True)
-    assert left.stdout == "", left.stdout
+    left = [command for command in processes_of(burned_in["spec"].parent)
+            if "ib_write_bw" in command or "fabric_tests.perftest" in command]
+    assert not left, left
 
 
 def test_flaps_on_events_counters_and_burn_in_results_names_exactly_the_injected_cables(burned_in: dict,

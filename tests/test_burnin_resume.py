@@ -14,23 +14,9 @@ from pathlib import Path
 
 from provision.state import StateStore
 from tests.conftest import ROOT, run_cli
-from tests.simhelpers import provision, shrink_to_four_gpus, write_spec
+from tests.simhelpers import processes_of, provision, shrink_to_four_gpus, write_spec
 
 STAGES = ["preflight", "node", "collectives"]
-
-
-def _processes_of(directory: Path) -> list[str]:
-    """Live processes whose environment names ``directory`` (every simulated node's PATH is under it)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if str(directory).encode() in (proc / "environ").read_bytes():
-                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return found
 
 
 def _events(runs: Path, command: str) -> list[dict]:
@@ -68,14 +54,14 @@ def test_kill_9_mid_burn_in_then_the_next_burn_in_continues_the_campaign(tmp_pat
 
     _wait_for(collectives_started, "the collectives stage", 300, controller)
     agents_and_workers = 3 * (1 + 2)  # an agent per node, and the two workers it forks
-    _wait_for(lambda: sum("fabric_tests.agent" in line for line in _processes_of(tmp_path)) >= agents_and_workers,
+    _wait_for(lambda: sum("fabric_tests.agent" in line for line in processes_of(tmp_path)) >= agents_and_workers,
               "the collectives workers", 60, controller)
     os.kill(controller.pid, signal.SIGKILL)  # the controller alone, as an OOM kill or a lost laptop would
     controller.communicate(timeout=30)
     assert controller.returncode == -signal.SIGKILL
 
     # the agents notice that nobody will read their results and take their workers down with them
-    _wait_for(lambda: not _processes_of(tmp_path), "every test process of the killed run to be gone", 10)
+    _wait_for(lambda: not processes_of(tmp_path), "every test process of the killed run to be gone", 10)
 
     status = json.loads(run_cli("status", "--json", str(spec)).stdout)
     assert {node["state"] for node in status["nodes"] if node["in_spec"]} == {"burning-in"}, \
@@ -94,4 +80,4 @@ def test_kill_9_mid_burn_in_then_the_next_burn_in_continues_the_campaign(tmp_pat
     with StateStore(tmp_path / ".provision" / "sim16") as store:
         burn_ins = [run["status"] for run in store.runs() if run["command"] == "burnin"]
     assert sorted(burn_ins) == ["interrupted", "succeeded"], burn_ins
-    assert not _processes_of(tmp_path)
+    assert not processes_of(tmp_path)

@@ -17,8 +17,8 @@ import yaml
 
 from provision.spec.faults import CATALOG
 from tests.conftest import ROOT, run_cli
-from tests.simhelpers import provision, shrink_to_four_gpus, write_spec
-from tests.test_burnin_resume import _processes_of, _wait_for
+from tests.simhelpers import processes_of, provision, shrink_to_four_gpus, write_spec
+from tests.test_burnin_resume import _wait_for
 
 FAULTS = [
     # strikes some 14 simulated hours after injection: after preflight (seconds, hours on this clock), mid-soak
@@ -114,7 +114,7 @@ def test_a_soak_killed_mid_way_continues_with_the_time_it_owes(tmp_path: Path) -
     os.kill(controller.pid, signal.SIGKILL)
     controller.wait(timeout=30)
     before = _samples(spec, reached)[0][0]
-    _wait_for(lambda: not _processes_of(tmp_path), "every load process of the killed run to be gone", 30)
+    _wait_for(lambda: not processes_of(tmp_path), "every load process of the killed run to be gone", 30)
     again = run_cli("burnin", str(spec), "--json", timeout=600)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     first_after = _samples(spec, f"SELECT MIN(at_s) FROM soak_samples WHERE at_s > {before}")[0][0]
