@@ -136,6 +136,12 @@ def _sagged(fault: dict, time_scale: float) -> bool:
     return (time.time() - fault["since"]) * time_scale / 3600 >= fault["after_h"]
 
 
+def _clock_read_cost() -> float:
+    """What one read of this thread's CPU clock costs: the median of a few hundred back-to-back reads."""
+    reads = [time.thread_time() for _ in range(301)]
+    return sorted(reads[index + 1] - reads[index] for index in range(300))[150]
+
+
 def _install(faults: list[dict], time_scale: float = 1.0) -> None:
     import torch
     import torch.distributed as dist
@@ -147,7 +153,8 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
     if slow or corrupt:
         real_matmul = torch.matmul
 
-        owed = {"s": 0.0}
+        read_cost = _clock_read_cost()
+        quickest: dict[tuple, float] = {}
 
         def matmul(*args, **kwargs):
             started = time.thread_time()
@@ -156,14 +163,18 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
                 if _mine(fault) and fault.get("struck", _always)():
                     # a device computing at `factor` of its peers' speed (a sagged clock: once it has sagged): it
                     # works longer, by the clock the node test times CPU workers with (their own thread's CPU
-                    # time; one thread each). What the spin overshoots (a clock read costs microseconds in a VM,
-                    # as much as a small matmul's whole slowdown at a factor near 1) is owed back by the next
-                    # call, so the slowdown over many calls is the factor, not the clock's granularity.
+                    # time; one thread each). The longer is the factor of the fastest this shape has ever taken
+                    # here (its own cost), not of this call's time: a call slowed by this machine's load, or one
+                    # whose spin an interrupt overshot, does not carry into the next, and the best of many windows
+                    # is the factor (a credit owed back made the next call fast: a GPU 8% slow measured 1% slow
+                    # beside another test's load). A clock read costs microseconds in a VM, as much as a small
+                    # matmul's whole slowdown: the spin stops a read early.
                     now = time.thread_time()
-                    until = now + owed["s"] + (now - started) * (1 / fault["factor"] - 1)
+                    key = tuple(tuple(arg.shape) for arg in args if hasattr(arg, "shape"))
+                    quickest[key] = min(quickest.get(key, float("inf")), now - started)
+                    until = now + quickest[key] * (1 / fault["factor"] - 1) - read_cost
                     while time.thread_time() < until:
                         pass
-                    owed["s"] = until - time.thread_time()
             for fault in corrupt:
                 if _mine(fault):  # silent data corruption: one element slightly off, at no cost to the timing
                     result.view(-1)[:1].mul_(1 + 1e-5).add_(1e-5)  # well above float32 rounding
