@@ -56,10 +56,16 @@ class PlaybookResult:
 
 def settings(work: Path) -> dict[str, str]:
     """The Ansible environment every run gets: its own scratch under ``work``, pipelining, host keys checked,
-    dropped connections retried, and this interpreter's ``ansible-playbook`` first on PATH."""
+    dropped connections retried, no compression, and this interpreter's ``ansible-playbook`` first on PATH.
+
+    Ansible's own ``ssh_args`` add ``-C``: zlib over every byte sent, on the controller's CPU, for every host. What
+    a play sends the most of is the node runtime's wheelhouse, wheels that are zip files already (a CUDA torch
+    and its libraries: gigabytes a host), over a datacenter network faster than zlib (~25 MB/s a core here): the
+    controller's CPU spent for nothing, times hundreds of hosts. The connection sharing is Ansible's default."""
     return {
         "ANSIBLE_HOME": str(work / "home"), "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp"), "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=60s",
         "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
         # a connection sshd dropped (a bastion's MaxStartups, a restart) is ours: ssh's exit 255 tried again
         "ANSIBLE_SSH_RETRIES": "3",

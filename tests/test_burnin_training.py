@@ -14,7 +14,7 @@ from provision.burnin.training import step_time_shape
 from provision.spec.faults import CATALOG
 from tests import browser
 from tests.conftest import run_cli
-from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
+from tests.simhelpers import processes_of, provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 SLOWDOWN = {"kind": "step_slowdown", "node": "sim02", "params": {"local_rank": 1, "period": 4}}
 
@@ -55,9 +55,8 @@ def test_periodic_slowness_is_reported_as_such(burned_in: dict) -> None:
 
 
 def test_no_training_process_or_checkpoint_is_left(burned_in: dict) -> None:
-    left = subprocess.run(["pgrep", "-f", "fabric_tests.agent --test training"], capture_output=True, text=True,
-                          check=False)
-    assert left.stdout.strip() == ""
+    left = processes_of(burned_in["spec"].parent, running="fabric_tests.agent --test training")
+    assert not left, left
     assert not burned_in["checkpoints"].exists() or not any(burned_in["checkpoints"].iterdir())
 
 

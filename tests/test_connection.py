@@ -38,6 +38,14 @@ def test_jump_host_syntax() -> None:
     assert parse_jump_host("10.0.0.5").user is None
 
 
+def test_the_play_shares_connections_and_compresses_nothing(tmp_path: Path) -> None:
+    from provision.ansible import settings
+
+    args = settings(tmp_path)["ANSIBLE_SSH_ARGS"].split()
+    assert "-C" not in args and "Compression=yes" not in args, "wheels are zip files: zlib on them is CPU for nothing"
+    assert "ControlMaster=auto" in args and any(arg.startswith("ControlPersist=") for arg in args)
+
+
 @pytest.mark.parametrize(("stderr", "said"), [
     ("sudo: a password is required\n", "sudo: a password is required"),
     ("provision is not in the sudoers file.  This incident will be reported.\n",
