@@ -77,7 +77,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if path and not os.environ.get("PYTEST_XDIST_WORKER"):  # under xdist: the controller writes, once a report
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "-")
         with open(path, "a") as times:
-            times.write(f"{report.duration:.2f} {report.when} {report.nodeid.split('@')[0]} {worker}\n")
+            times.write(f"{report.duration:.2f} {report.when} {report.nodeid} {worker}\n")
 
 
 # -- fast by default ----------------------------------------------------------------------------------------------
@@ -196,6 +196,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return UnitScheduling(config, log)
 
 
+_SHARED_KEY = pytest.StashKey[str]()  # the run's shared folder, where this process made it
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """One folder for the whole run, workers included (they inherit this environment): the clusters provisioned
     once a run (:mod:`tests.simhelpers`) live there, whichever worker provisioned them."""
@@ -210,5 +213,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(shared, ignore_errors=True)
         os.environ.pop("PROVISION_TEST_SHARED", None)
 
-
-_SHARED_KEY = pytest.StashKey[str]()
