@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: On CPU workers (the simulated cluster, CI) rails share two cores with everything else: a healthy rail measured
-#: at 0.64 of its peers on a loaded machine, a rail behind a port at 0.1 of its speed at 0.14-0.23.
+#: at 0.64 of its peers on a loaded machine; a rail behind a port at 0.1 of its speed at 0.14-0.19 in the fleet's
+#: launch and 0.02-0.06 paired, beside another test module's load or not.
 CPU_PEER_FRACTION = 0.4
 
 #: Below this size a healthy rail has not reached its bandwidth, so the absolute floor is not judged there.

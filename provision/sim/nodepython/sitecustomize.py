@@ -20,8 +20,10 @@ import sys
 import time
 
 #: The simulated wire a healthy rail's bytes cross (gloo on loopback CPU workers): the floor of a degraded
-#: port's delay.
-WIRE_LATENCY_S = 1e-3
+#: port's delay. Its latency is what keeps a degraded port slower than this machine's noise: beside another
+#: suite's load a healthy loopback call of a few KiB took ~10 ms of scheduler slices, and a port at 0.1 of its
+#: speed delayed by 9 x (1 ms + bytes) was paired as healthy (0.06 of its peers unloaded, above 0.4 loaded).
+WIRE_LATENCY_S = 5e-3
 WIRE_BYTES_PER_S = 50e6
 
 
