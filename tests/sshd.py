@@ -95,6 +95,9 @@ class LoopbackSshd:
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "PidFile none",
             *([f"MaxStartups {limit}"] if (limit := self.max_startups_at.get(host, self.max_startups))
               else []),  # else sshd's 10:30:100
+            # as every distribution's sshd_config has it: Ansible's file transfers then take sftp, as they do on a
+            # real host, not the "piped" fallback (scp speaks sftp too since OpenSSH 9)
+            "Subsystem sftp internal-sftp",
             f"AllowUsers {USER}", f"LogLevel {'INFO' if host in self.logged else 'ERROR'}"]) + "\n")
         kind, public, *_ = (self.work / f"host_{host}.pub").read_text().split(" ")
         self.known.append(f"[{address}]:{self.port} {kind} {public}")
