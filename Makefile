@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 APT_PACKAGES ?= openssh-server openssh-client sudo nftables chromium prometheus prometheus-node-exporter \
                 slurm-wlm munge
 
-.PHONY: install demo test test-parallel test-fast fuzz lint apt-packages bytecode clean
+.PHONY: install demo test test-fast fuzz lint apt-packages bytecode clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,14 +42,10 @@ lint: install
 bytecode: install
 	$(BIN)/python -m compileall -q provision topology fabric_tests
 
+# The suite on two pytest-xdist workers: a third of a serial run is a cluster waiting (a reboot, a timeout, a
+# daemon's answer), which the other worker's cluster fills. Whole modules, longest first (tests/conftest.py's
+# scheduler); `$(BIN)/pytest` alone runs the same suite serially.
 test: install apt-packages lint bytecode
-	$(BIN)/pytest
-
-# The suite on two workers (~17 min instead of ~24 on 2 cores): a third of a serial run is a cluster waiting, which
-# the other worker's cluster fills; whole modules, longest first (tests/conftest.py's scheduler). Not yet what
-# make test runs: beside the other worker's load the simulated degraded HCA port on sim08 is not always told from
-# a healthy rail when paired (test_burnin_multinode; docs/architecture.md).
-test-parallel: install apt-packages lint bytecode
 	$(BIN)/pytest -n 2 --dist loadscope
 
 # Every test that starts no cluster, daemon, browser or process (tests/conftest.py marks the others slow): parsers,

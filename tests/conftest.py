@@ -164,7 +164,7 @@ def _module(nodeid: str) -> str:
 
 
 def _unit(nodeid: str) -> str:
-    """The unit of work a test belongs to under ``make test-parallel``'s two workers: its module, or the shared
+    """The unit of work a test belongs to under ``make test``'s two workers: its module, or the shared
     unit of the modules in :data:`SHARED_MACHINE_STATE`."""
     return SHARED_MACHINE_STATE.get(_module(nodeid), _module(nodeid))
 
@@ -179,7 +179,7 @@ def _order_longest_first(items: list[pytest.Item]) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``make test-parallel`` runs two pytest-xdist workers, each handed whole units (:func:`_unit`): a module's
+    """``make test`` runs two pytest-xdist workers, each handed whole units (:func:`_unit`): a module's
     module-scoped cluster is set up once, on one worker, and modules that change the same thing of this machine's
     never run beside each other. (``--dist loadgroup`` would do it with marks, but pytest 9 ignores the node ids
     pytest-xdist 3.8 rewrites for it.)"""

@@ -27,7 +27,7 @@ def run(*command: str, input_text: str | None = None) -> str:
 
 
 def ensure_user() -> None:
-    """The login user, made once: under a lock, as the two workers of ``make test-parallel`` may both ask at once."""
+    """The login user, made once: under a lock, as the two workers of ``make test`` may both ask at once."""
     with open("/tmp/provision-test-login-user.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if subprocess.run(["id", USER], capture_output=True).returncode != 0:
