@@ -5,8 +5,9 @@ back to back on every node still in the soak; a round a node fails fails its soa
 (``soak_load``), and each round's matmul throughput per GPU is kept as a series (``gpu<i>/tflops``). Meanwhile the
 controller polls each node every ``poll_interval_s``: each GPU's clock-event reasons, temperature, uncorrectable
 ECC count, SM clock and board power, each rail HCA's error counters; and, at most once a minute of the
-soak's clock, the pending row remaps and the Xids in the kernel log. Every value goes to the state store as a time
-series (``soak_samples``), and the trends are judged on the whole series when the time is up
+soak's clock, the pending row remaps and the Xids in the kernel log. The first poll comes before the load: each
+node at rest (idle clocks, power, temperature), what its loaded series is seen against. Every value goes to the
+state store as a time series (``soak_samples``), and the trends are judged on the whole series when the time is up
 (:mod:`provision.checks.soak`).
 
 Time is the soak's own clock: seconds since it began, kept in the store with the samples, so a soak that was
@@ -173,7 +174,7 @@ class SoakStage:
         self.started = started = time.monotonic() - elapsed / self.scale
         stop = threading.Event()
         loader = threading.Thread(target=self._load_rounds, args=(stop,), name="soak-load", daemon=True)
-        loader.start()
+
         def clock() -> float:  # seconds into the soak, on the soak's own clock
             return (time.monotonic() - started) * self.scale
 
@@ -188,12 +189,17 @@ class SoakStage:
                 self._poll_all(fields, min(at_s, duration_s), slow=slow)
                 if at_s >= duration_s:
                     break
+                if loader.ident is None:
+                    # the load starts after the first poll: that one reads each node at rest (its idle clocks,
+                    # power and temperature), what its loaded series is seen against
+                    loader.start()
                 while due <= at_s:
                     due += self.settings.poll_interval_s
                 time.sleep(max(MIN_PAUSE_S, (min(due, duration_s) - clock()) / self.scale))
         finally:
             stop.set()
-            loader.join()
+            if loader.ident is not None:
+                loader.join()
             self._record_rounds()
         return [self._verdict(node) for node in self.nodes]
 
