@@ -9,11 +9,12 @@ takes the agent's standard streams, environment, working directory, CPU affinity
 in the child, from the host's root) are unchanged.
 
 What the zygote changes is the process tree, so the process that started the agent (the *client*, the
-``python3 -m fabric_tests.agent`` a session or srun ran) stands in for the agent: it forwards SIGTERM, SIGINT and
-SIGHUP to it, exits with its exit status, and if the client goes (a session's timeout kills its process group, srun
-is cancelled) or its own parent does (the controller was killed), the agent's process group is killed with it, as
-an agent notices its parent gone. The child's command line and environment, as ``/proc`` shows them, are rewritten
-to the agent's, so ``ps``, ``pgrep`` and the tests' process checks see the agent and its workers where they are.
+``python3 -m fabric_tests.agent`` a session or srun ran) stands in for the agent: it forwards SIGTERM to it (SIGINT
+and SIGHUP to its process group), exits with its exit status, and if the client goes (a session's timeout kills
+its process group, srun is cancelled) or its own parent does (the controller was killed), the agent's process
+group is killed with it, as an agent notices its parent gone. The child's command line and environment, as
+``/proc`` shows them, are rewritten to the agent's, so ``ps``, ``pgrep`` and the tests' process checks see the
+agent and its workers where they are.
 
 When no zygote can be had (another interpreter flag, no socket), the agent starts as before. The zygote exits
 after a minute without children; its key is the interpreter, its path and these sources' modification times.
@@ -82,8 +83,10 @@ def hand_over() -> None:
     parent = os.getppid()
 
     def forward(signum: int, frame: Any) -> None:
+        # SIGTERM to the agent, which takes its workers down itself; SIGINT and SIGHUP to its group, as a terminal
+        # sends them to every process in the foreground
         with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signum)
+            (os.kill if signum == signal.SIGTERM else os.killpg)(child, signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)
