@@ -3,7 +3,7 @@ back from repair.
 
 The first delivery (sim[01-04], healthy) builds the baseline: its 16 GPUs' figures, kept when its campaign ends.
 It is exported and imported into the second delivery's state (another cluster's state directory; a copied
-simulated cluster keeps its hosts' names), where one GPU computes at 0.92 of its node-mates: inside the node-mate
+simulated cluster keeps its hosts' names), where one GPU computes at 0.85 of its node-mates: inside the node-mate
 band the simulated cluster is judged by (0.7), so only the baseline can catch it. It is quarantined for it; then
 its GPU is replaced, the operator returns it, and the next apply burns it in again, alone, every stage, and admits
 it. A healthy second delivery passes against the same baseline.
@@ -23,14 +23,16 @@ from tests.conftest import run_cli
 from tests.simhelpers import provision, shrink_to_four_gpus, write_spec
 
 STAGES = ["preflight", "node"]
-SLOW = {"kind": "slow_gpu", "node": "sim02", "target": "gpu2", "params": {"factor": 0.92}}
+#: 15% slow: inside the 0.7 node-mate band, and below the baseline's 5% margin by more than this machine's noise
+#: (a repeat beside the other test worker's load measured a GPU at 0.92 within 2% of its mates, who spread 5%)
+SLOW = {"kind": "slow_gpu", "node": "sim02", "target": "gpu2", "params": {"factor": 0.85}}
 
 
 def _spec(directory: Path, hosts: str, faults: list[dict]) -> Path:
     directory.mkdir()
     # the best of 1,000 windows, not the example's 100: a worker's measurement then spans many of the scheduler's
     # time slices, and a noisy moment of this machine's core is outlived (node-mates agree within ~1%, measured;
-    # within ~15% at 100, enough for the 0.7 node-mate band, not for a GPU 8% slow)
+    # within ~15% at 100, enough for the 0.7 node-mate band, not for a GPU 15% slow)
     spec = shrink_to_four_gpus(write_spec(directory, faults, hosts=hosts, stages=STAGES), repeats=1000)
     data = yaml.safe_load(spec.read_text())
     data["burnin"]["baseline"] = {"margin": 0.05, "min_samples": 16}
