@@ -16,7 +16,7 @@ from __future__ import annotations
 import getpass
 import os
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,7 +237,12 @@ def active_reservation() -> str | None:
 def idle_nodes(loaded: LoadedSpec, names: Sequence[str]) -> list[str]:
     """Which of ``names`` Slurm has idle and in service (no job, not drained, responding): the admitted nodes a
     small burn-in may borrow as partners without taking them from under a job."""
-    known = client_for(loaded).nodes()
+    return idle_in(client_for(loaded).nodes(), names)
+
+
+def idle_in(known: Mapping[str, SlurmNode], names: Sequence[str]) -> list[str]:
+    """``idle_nodes`` on a listing already read. Not responding counts as out of service: Slurm also marks a node
+    so right after ``state=resume``, until its slurmd answers the ping the resume sends."""
     return [name for name in names if name in known and known[name].state == "idle" and not known[name].drained
             and "not_responding" not in known[name].flags]
 

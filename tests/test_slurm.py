@@ -15,7 +15,7 @@ import yaml
 
 from provision.cli import main
 from provision.facts.slurm import SlurmNode, parse_nodes
-from provision.slurm import idle_nodes, plan_sync, wanted_reason
+from provision.slurm import idle_in, idle_nodes, plan_sync, wanted_reason
 from provision.spec import load_spec
 from provision.state import NodeRecord, NodeState
 from tests import slurmcluster
@@ -78,6 +78,14 @@ def test_a_long_reason_is_one_bounded_line() -> None:
     assert len(reason) <= 240 and "\n" not in reason and reason.endswith("... (run R1)")
 
 
+@pytest.mark.fast
+def test_partners_are_idle_in_service_and_answering() -> None:
+    listing = {"busy": _slurm("busy", state="allocated"), "held": _slurm("held", flags=("drain",), reason="fan"),
+               "silent": _slurm("silent", flags=("not_responding",)), "down": _slurm("down", state="down"),
+               "free": _slurm("free")}
+    assert idle_in(listing, ["busy", "held", "silent", "down", "free", "unknown"]) == ["free"]
+
+
 def _spec_with_slurm(sim_spec: Path, conf: Path) -> Path:
     spec = yaml.safe_load(sim_spec.read_text())
     spec["slurm"] = {"conf": str(conf)}
@@ -115,11 +123,12 @@ def test_admission_reaches_a_real_slurm(sim_spec: Path, tmp_path: Path, capsys: 
         assert reasons["sim02"] == "fan failure, ticket 4711"
         for node, reason in quarantined.items():
             assert reasons[node].startswith(f"provision: quarantined by an operator: {reason} (run ")
-        # the partners a node back from repair may borrow: idle and in service. This Slurm runs no slurmd, so every
-        # node is idle but not responding: none may be borrowed (sim02 an administrator holds besides)
-        listed = {node.name: node for node in parse_nodes(cluster.scontrol("-o", "show", "node").stdout)}
-        assert listed["sim01"].state == "idle" and "not_responding" in listed["sim01"].flags
-        assert idle_nodes(load_spec(spec), ["sim01", "sim02", "sim08"]) == []
+        # the partners a node back from repair may borrow: idle and in service. The resume marks a node not
+        # responding until its slurmd answers the ping the resume sends (a fraction of a second here, or longer):
+        # once they answer, sim01 and sim08 may be borrowed, sim02 an administrator holds may not
+        cluster.wait(lambda: not any("not_responding" in node.flags for node in parse_nodes(
+            cluster.scontrol("-o", "show", "node").stdout)), "every resumed slurmd answered its ping")
+        assert idle_nodes(load_spec(spec), ["sim01", "sim02", "sim08"]) == ["sim01", "sim08"]
         features = {node.name: node.available_features for node in parse_nodes(
             cluster.scontrol("-o", "show", "node").stdout)}
         assert features["sim01"] == ("burnin_ok", "h100-sxm-80gb", "rails8")
