@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from provision.burnin.training import step_time_shape
+from provision.burnin.launch import NodeRun
+from provision.burnin.training import judge_step_time, shared_growth, step_time_shape
 from provision.spec.faults import CATALOG
 from tests import browser
 from tests.conftest import run_cli
@@ -72,6 +73,32 @@ def test_step_time_shapes() -> None:
     assert step_time_shape(burst)[1] == "erratic: 3 step(s) over 2x the median"
     growing = [0.01 * (1 + step / 10) for step in range(32)]
     assert step_time_shape(growing)[1].startswith("growing")
+
+
+def _run(node: str, rank: int, times: list[float]) -> NodeRun:
+    return NodeRun(node, rank, records=[{"type": "result", "local_rank": local, "device": "cpu",
+                                         "ddp_step_s": times, "fsdp_step_s": times} for local in range(4)])
+
+
+def test_growth_every_node_shares_is_nobodys_and_growth_beyond_it_is_the_nodes() -> None:
+    flat = [0.01] * 32
+    grows = [0.01] * 12 + [0.016] * 20  # 1.6x: what another suite starting beside this one did (CI)
+    doubles = [0.01] * 12 + [0.021] * 20
+
+    def verdicts(runs: list[NodeRun]) -> dict[str, str]:
+        shared = shared_growth(runs)
+        return {run.node: judge_step_time({record["local_rank"]: record for record in run.of("result")}, 0.1,
+                                          shared[run.node]).message for run in runs}
+
+    together = verdicts([_run("a", 0, grows), _run("b", 1, grows), _run("c", 2, grows)])
+    assert all(message.startswith("step times within") for message in together.values()), together
+    one = verdicts([_run("a", 0, doubles), _run("b", 1, flat)])
+    assert one["a"] == "GPU 0 ddp: step time growing: the last steps take 2.1x the first", one
+    assert one["b"].startswith("step times within"), one
+    beyond = verdicts([_run("a", 0, [0.01] * 12 + [0.04] * 20), _run("b", 1, grows), _run("c", 2, grows)])
+    assert beyond["a"].endswith("4.0x the first (the other nodes' 1.6x)") and beyond["b"].startswith("step times")
+    alone = verdicts([_run("a", 0, grows)])
+    assert alone["a"].endswith("1.6x the first"), "a node training alone is judged against no one"
 
 
 def test_a_corrupted_checkpoint_does_not_resume_bit_exactly(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ SPIKE_FACTOR = 2.0
 #: The last third of the steps taking this many times the first third is slowness that grows.
 GROWTH_FACTOR = 1.5
 MAX_ATTEMPTS = 3
+MODES = ("ddp", "fsdp")
 
 
 def training_params(loaded: LoadedSpec, *, seed: int, phase: str, checkpoint_dir: str) -> dict[str, Any]:
@@ -51,12 +52,38 @@ def training_params(loaded: LoadedSpec, *, seed: int, phase: str, checkpoint_dir
             "timeout_s": stage_limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
 
 
-def step_time_shape(times: list[float]) -> tuple[float, str]:
+def growth(times: list[float]) -> float:
+    """How much slower the last third of the steady steps ran than the first third (1.0: not at all)."""
+    steady = times[WARMUP_STEPS:]
+    if len(steady) < 3:
+        return 1.0
+    third = max(1, len(steady) // 3)
+    early, late = statistics.median(steady[:third]), statistics.median(steady[-third:])
+    return late / early if early > 0 else 1.0
+
+
+def shared_growth(runs: list[NodeRun]) -> dict[str, dict[str, float]]:
+    """Per node and mode, how much the *other* nodes of the same launch slowed down (the median of their GPUs).
+
+    Growth every node shares is not one node's: the machine or the fabric changed under the whole launch (on a
+    GPU a DDP step also waits for the slowest rank, so one throttling GPU slows them all; in CI another suite
+    started beside this one). A node is judged by its growth beyond the others'; alone, against none (1.0)."""
+    per_node = {run.node: {mode: [growth(record[f"{mode}_step_s"]) for record in run.of("result")]
+                           for mode in MODES} for run in runs}
+    def others(node: str, mode: str) -> float:
+        values = [value for other, modes in per_node.items() if other != node for value in modes[mode]]
+        return statistics.median(values) if values else 1.0
+
+    return {node: {mode: others(node, mode) for mode in MODES} for node in per_node}
+
+
+def step_time_shape(times: list[float], shared: float = 1.0) -> tuple[float, str]:
     """Spread of per-step times and what the slowness looks like, warm-up left out.
 
     The spread is robust (1.4826·MAD / median): one step slowed by the machine is noise, not a slow node. What a
     robust spread would hide — slow steps at a fixed interval, steps that keep getting slower — is named by the
-    shape, and :func:`judge_training` fails those whatever the spread."""
+    shape, and :func:`judge_training` fails those whatever the spread. Growth counts beyond ``shared``, what the
+    other nodes of the launch grew (:func:`shared_growth`)."""
     steady = times[WARMUP_STEPS:]
     if len(steady) < 3:
         return 0.0, "too few steps to judge"
@@ -64,16 +91,16 @@ def step_time_shape(times: list[float]) -> tuple[float, str]:
     if median <= 0:
         return 0.0, "steady"
     spread = 1.4826 * statistics.median(abs(value - median) for value in steady) / median
-    third = max(1, len(steady) // 3)
-    early, late = statistics.median(steady[:third]), statistics.median(steady[-third:])
     spikes = [index for index, value in enumerate(steady) if value > SPIKE_FACTOR * median]
     gaps = {later - earlier for earlier, later in itertools.pairwise(spikes)}
+    grew = growth(times)
     # consecutive slow steps are a burst (the machine was busy for a moment), not a rhythm: a period needs
     # ordinary steps between the slow ones
     if len(spikes) >= 3 and len(gaps) == 1 and min(gaps) >= 2:
         return spread, f"periodic: a step over {SPIKE_FACTOR:g}x the median every {gaps.pop()} steps"
-    if early > 0 and late > GROWTH_FACTOR * early:
-        return spread, f"growing: the last steps take {late / early:.1f}x the first"
+    if grew > GROWTH_FACTOR * max(1.0, shared):
+        beside = f" (the other nodes' {shared:.1f}x)" if shared > 1.0 else ""
+        return spread, f"growing: the last steps take {grew:.1f}x the first{beside}"
     if spikes:
         return spread, f"erratic: {len(spikes)} step(s) over {SPIKE_FACTOR:g}x the median"
     return spread, "steady"
@@ -84,12 +111,14 @@ def _falls(losses: list[float]) -> bool:
     return statistics.fmean(losses[-window:]) < LOSS_FALL_RATIO * statistics.fmean(losses[:window])
 
 
-def judge_step_time(records: dict[int, dict[str, Any]], limit_cv: float) -> CheckResult:
-    """Per GPU and mode: a periodic or growing shape fails, and so does a wide spread on a GPU."""
+def judge_step_time(records: dict[int, dict[str, Any]], limit_cv: float,
+                    shared: dict[str, float] | None = None) -> CheckResult:
+    """Per GPU and mode: a periodic shape fails, so does growth beyond the other nodes' (``shared``), and a wide
+    spread on a GPU."""
     uneven = []
     for local, record in sorted(records.items()):
-        for mode in ("ddp", "fsdp"):
-            spread, shape = step_time_shape(record[f"{mode}_step_s"])
+        for mode in MODES:
+            spread, shape = step_time_shape(record[f"{mode}_step_s"], (shared or {}).get(mode, 1.0))
             if shape.startswith(("periodic", "growing")):
                 uneven.append(f"GPU {local} {mode}: step time {shape}")
             elif spread > limit_cv and record["device"].startswith("cuda"):  # CPU time of ms-long steps on a
@@ -103,7 +132,8 @@ def judge_step_time(records: dict[int, dict[str, Any]], limit_cv: float) -> Chec
                        "thermals or memory; check the node's clocks and its processes" if uneven else "", uneven)
 
 
-def judge_training(trained: NodeRun, resumed: NodeRun, nproc: int, limit_cv: float) -> list[CheckResult]:
+def judge_training(trained: NodeRun, resumed: NodeRun, nproc: int, limit_cv: float,
+                   shared: dict[str, float] | None = None) -> list[CheckResult]:
     for run, what in ((trained, "training"), (resumed, "resume from the checkpoint")):
         problems = unfinished_workers(run, nproc)
         if problems:
@@ -121,7 +151,7 @@ def judge_training(trained: NodeRun, resumed: NodeRun, nproc: int, limit_cv: flo
                               "on every GPU", "compare the GPU's results in the node stage; check its memory (dcgmi "
                               "diag -r 3)" if flat else "", flat))
 
-    checks.append(judge_step_time(first, limit_cv))
+    checks.append(judge_step_time(first, limit_cv, shared))
 
     diverged = [f"GPU {local}: losses after the checkpoint {first[local]['tail_losses'][:3]} then "
                 f"{second[local]['tail_losses'][:3]} on resume" if first[local]["tail_digest"] !=
@@ -140,13 +170,14 @@ def judge_training(trained: NodeRun, resumed: NodeRun, nproc: int, limit_cv: flo
 def training_report(trained: LaunchResult) -> list[dict[str, Any]]:
     """Per rank: loss first and last, step time median, spread and shape, for DDP and FSDP."""
     rows = []
+    shared = shared_growth(trained.nodes)
     for run in trained.nodes:
         for record in sorted(run.of("result"), key=lambda record: record["local_rank"]):
             row: dict[str, Any] = {"node": run.node, "gpu": record["local_rank"], "device": record["device"],
                                    "determinism": record.get("determinism"),
                                    "checkpoint_dir_shared": record.get("checkpoint_dir_shared")}
-            for mode in ("ddp", "fsdp"):
-                spread, shape = step_time_shape(record[f"{mode}_step_s"])
+            for mode in MODES:
+                spread, shape = step_time_shape(record[f"{mode}_step_s"], shared[run.node][mode])
                 row[mode] = {"loss_first": record[f"{mode}_losses"][0], "loss_last": record[f"{mode}_losses"][-1],
                              "step_s_median": statistics.median(record[f"{mode}_step_s"]),
                              "step_time_spread": round(spread, 3), "shape": shape}
@@ -195,8 +226,10 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
                     failed.setdefault(host, []).extend(results)
                 break
         if len(launches) == 2 and not stopped:
+            shared = shared_growth(launches[0].nodes)
             for trained, resumed in zip(launches[0].nodes, launches[1].nodes, strict=True):
-                judged[trained.node] = judge_training(trained, resumed, nproc, limits["step_time_cv"])
+                judged[trained.node] = judge_training(trained, resumed, nproc, limits["step_time_cv"],
+                                                      shared[trained.node])
                 steps[trained.node] = step_figures(trained)
             evidence_dir.mkdir(parents=True, exist_ok=True)
             (evidence_dir / "training.json").write_text(json.dumps(training_report(launches[0]), indent=2))
@@ -245,11 +278,12 @@ def _step_time_again(loaded: LoadedSpec, suspects: list[ResolvedNode], state_dir
                   when="the repeat"):
         return {}
     updated = {}
-    for run in result.nodes:
-        if unfinished_workers(run, nproc):
-            continue
+    finished = [run for run in result.nodes if not unfinished_workers(run, nproc)]
+    shared = shared_growth(finished)
+    for run in finished:
         first = next(check for check in judged[run.node] if check.check == "step_time")
-        again = judge_step_time({record["local_rank"]: record for record in run.of("result")}, limit_cv)
+        again = judge_step_time({record["local_rank"]: record for record in run.of("result")}, limit_cv,
+                                shared[run.node])
         if again.outcome is Outcome.FAILED:
             again.message += " (confirmed on a repeat)"
         else:
