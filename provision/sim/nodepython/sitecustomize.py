@@ -342,17 +342,27 @@ def _keep_zipped_bytecode(root: str) -> None:
     zipimport._compile_source = compiled  # type: ignore[attr-defined]
 
 
-if os.environ.get("PROVISION_SIM_ROOT"):
-    _keep_zipped_bytecode(os.environ["PROVISION_SIM_ROOT"])
+def start() -> None:
+    """The node's start-up: at this interpreter's start, or in an agent forked by the zygote once it has taken on
+    the agent's environment."""
+    if os.environ.get("PROVISION_SIM_ROOT"):
+        _keep_zipped_bytecode(os.environ["PROVISION_SIM_ROOT"])
+    # only in a test's processes (the agent and its forked workers, started with --test): every other Python on
+    # the host (the pair tests' helper, the runtime probe) is spared torch's import
+    state = _node_state() if _test() else {}
+    if state:
+        _mark_busy(os.environ["PROVISION_SIM_ROOT"])
+    if state and _test() == "node":
+        _one_core_per_node(os.environ["PROVISION_SIM_ROOT"])
+    if state.get("rank_faults"):
+        _install(list(state["rank_faults"]), float(state.get("time_scale", 1.0)))
+    if state.get("collective_semantics") == "nccl" and _test() == "collectives":  # outermost: a fault's delay is
+        _install_nccl_semantics()  # spent where completion blocks
 
-# only in a test's processes (the agent and its forked workers, started with --test): every other Python on the
-# host (the pair tests' helper, the runtime probe) is spared torch's import
-_state = _node_state() if _test() else {}
-if _state:
-    _mark_busy(os.environ["PROVISION_SIM_ROOT"])
-if _state and _test() == "node":
-    _one_core_per_node(os.environ["PROVISION_SIM_ROOT"])
-if _state.get("rank_faults"):
-    _install(list(_state["rank_faults"]), float(_state.get("time_scale", 1.0)))
-if _state.get("collective_semantics") == "nccl" and _test() == "collectives":  # outermost: a fault's delay is
-    _install_nccl_semantics()  # spent where completion blocks
+
+# an agent's start goes to the warm interpreter that has torch imported (provision.sim.zygote), when it can be had
+if getattr(sys, "orig_argv", [])[1:3] == ["-m", "fabric_tests.agent"] and os.environ.get("PROVISION_SIM_ROOT"):
+    from provision.sim import zygote
+
+    zygote.hand_over()  # returns only when no zygote took the agent
+start()
