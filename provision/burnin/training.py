@@ -63,16 +63,18 @@ def growth(times: list[float]) -> float:
 
 
 def shared_growth(runs: list[NodeRun]) -> dict[str, dict[str, float]]:
-    """Per node and mode, how much the *other* nodes of the same launch slowed down (the median of their GPUs).
+    """Per node and mode, how much the *other* nodes of the same launch slowed down (the lower median of their
+    GPUs).
 
     Growth every node shares is not one node's: the machine or the fabric changed under the whole launch (on a
     GPU a DDP step also waits for the slowest rank, so one throttling GPU slows them all; in CI another suite
     started beside this one). A node is judged by its growth beyond the others'; alone, against none (1.0)."""
     per_node = {run.node: {mode: [growth(record[f"{mode}_step_s"]) for record in run.of("result")]
                            for mode in MODES} for run in runs}
+
     def others(node: str, mode: str) -> float:
         values = [value for other, modes in per_node.items() if other != node for value in modes[mode]]
-        return statistics.median(values) if values else 1.0
+        return statistics.median_low(values) if values else 1.0  # two nodes of three growing: not excused
 
     return {node: {mode: others(node, mode) for mode in MODES} for node in per_node}
 
