@@ -156,7 +156,6 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
         real_matmul = torch.matmul
 
         read_cost = _clock_read_cost()
-        quickest: dict[tuple, float] = {}
 
         def matmul(*args, **kwargs):
             started = time.thread_time()
@@ -165,16 +164,14 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
                 if _mine(fault) and fault.get("struck", _always)():
                     # a device computing at `factor` of its peers' speed (a sagged clock: once it has sagged): it
                     # works longer, by the clock the node test times CPU workers with (their own thread's CPU
-                    # time; one thread each). The longer is the factor of the fastest this shape has ever taken
-                    # here (its own cost), not of this call's time: a call slowed by this machine's load, or one
-                    # whose spin an interrupt overshot, does not carry into the next, and the best of many windows
-                    # is the factor (a credit owed back made the next call fast: a GPU 8% slow measured 1% slow
-                    # beside another test's load). A clock read costs microseconds in a VM, as much as a small
-                    # matmul's whole slowdown: the spin stops a read early.
+                    # time; one thread each), in proportion to what this call cost: beside another suite's load
+                    # every call costs more (a shared core's caches), and a real GPU's slowness is a share of its
+                    # work, not a fixed amount (a spin sized by the fastest call ever left a GPU 15% slow within 5%
+                    # of its mates under load). Nothing carries into the next call (a credit owed back made the
+                    # next call fast: a GPU 8% slow measured 1% slow). A clock read costs microseconds in a VM, as
+                    # much as a small matmul's whole slowdown: the spin stops a read early.
                     now = time.thread_time()
-                    key = tuple(tuple(arg.shape) for arg in args if hasattr(arg, "shape"))
-                    quickest[key] = min(quickest.get(key, float("inf")), now - started)
-                    until = now + quickest[key] * (1 / fault["factor"] - 1) - read_cost
+                    until = now + (now - started) * (1 / fault["factor"] - 1) - read_cost
                     while time.thread_time() < until:
                         pass
             for fault in corrupt:
