@@ -372,11 +372,13 @@ class RailsSystemic(RuntimeError):
     """Slow rails in every pair of nodes: the fabric's or the configuration's, not any node's."""
 
 
-def judge_launch_rails(result: LaunchResult, limits: dict[str, float]) -> dict[int, rails.RailJudgement]:
+def judge_launch_rails(result: LaunchResult, limits: dict[str, float], *,
+                       cpu_fraction: float = rails.CPU_PEER_FRACTION) -> dict[int, rails.RailJudgement]:
     """Every rail of one launch, against its peers and, on GPUs, against ``rail_busbw_gbps``. CPU workers share
-    cores, so there a rail is called slow only below :data:`rails.CPU_PEER_FRACTION` of its peers."""
+    cores, so there a rail is called slow only below ``cpu_fraction`` of its peers (:data:`rails.CPU_PEER_FRACTION`
+    in the fleet's launch, :data:`rails.CPU_PAIR_FRACTION` in a pair)."""
     gpu = on_gpu([record for run in result.nodes for record in run.of("result")])
-    fraction = limits["rail_peer_fraction"] if gpu else min(limits["rail_peer_fraction"], rails.CPU_PEER_FRACTION)
+    fraction = limits["rail_peer_fraction"] if gpu else min(limits["rail_peer_fraction"], cpu_fraction)
     return rails.judge_rails(bus_bandwidth(result), peer_fraction=fraction,
                              floor_gbps=limits["rail_busbw_gbps"] if gpu else None)
 
@@ -394,7 +396,7 @@ def locate_slow_rails(loaded: LoadedSpec, state_dir: Path, nodes: list[ResolvedN
             # a pair that could not measure proves nothing healthy: judged slow on every rail asked about
             return {rail: rails.RailJudgement(rail, None, 0.0, 0, True, "the pair's test did not finish")
                     for rail in slow_rails}
-        return judge_launch_rails(result, limits)
+        return judge_launch_rails(result, limits, cpu_fraction=rails.CPU_PAIR_FRACTION)
 
     return rails.attribute([node.name for node in nodes], slow_rails, lambda groups: rounds.run(groups, judged))
 

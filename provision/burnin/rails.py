@@ -34,6 +34,10 @@ from typing import Any
 #: at 0.64 of its peers on a loaded machine; a rail behind a port at 0.1 of its speed at 0.14-0.19 in the fleet's
 #: launch and 0.02-0.06 paired, beside another test module's load or not.
 CPU_PEER_FRACTION = 0.4
+#: Paired, the same port measured 0.02-0.06 and a healthy pair once 0.39 (beside the other worker's provisioning):
+#: a pair is slow on CPU workers only below this. The fleet's launch keeps the higher bar, where a false alarm
+#: costs a pairing round, while a pair judged slow in error clears nobody and makes the slowness look systemic.
+CPU_PAIR_FRACTION = 0.2
 
 #: Below this size a healthy rail has not reached its bandwidth, so the absolute floor is not judged there.
 FLOOR_MIN_BYTES = 64 * 2**20
