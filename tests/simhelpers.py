@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 import tempfile
@@ -96,6 +97,13 @@ def processes_of(directory: Path, *, running: str = "") -> list[str]:
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return found
+
+
+def free_loopback_port() -> int:
+    """A port nobody listens on at 127.0.0.1 now (the kernel's pick), for a rendezvous a test starts itself."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def bring_up(directory: Path, faults: list[dict], **kwargs) -> tuple[Path, dict]:

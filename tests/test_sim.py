@@ -20,7 +20,7 @@ from provision.sim.mirror import key_id, stand_in_key
 from provision.sim.node import load_state, save_state
 from provision.spec.faults import CATALOG
 from tests.conftest import ROOT, run_cli
-from tests.simhelpers import SimHost, bring_up, write_spec
+from tests.simhelpers import SimHost, bring_up, free_loopback_port, write_spec
 
 PINNED = "535.183.01"
 
@@ -691,18 +691,10 @@ def test_stand_ins_only_touch_their_own_host(tmp_path: Path) -> None:
     assert os.access(two.paths.bin / "nvidia-smi", os.X_OK)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _pair_test(state: Path, server_host: str, client_host: str, device: str, *extra: str):
     import subprocess
 
-    port = str(_free_port())
+    port = str(free_loopback_port())
     server_node = SimHost(state, server_host)
     client = SimHost(state, client_host)
     server = subprocess.Popen(["ib_write_bw", "-d", device, "-p", port, "--report_gbits", "-s", "1048576",
@@ -743,7 +735,7 @@ def test_ib_write_bw_moves_bytes_between_two_hosts_and_reports_the_link(tmp_path
     assert largest_message_average_gbps(parse_bandwidth(both_ways.stdout)) >= 760
     down = SimHost(state, "sim02").run("ib_write_bw", "-d", "mlx5_4", "127.0.0.11", check=False)
     assert down.returncode == 1 and "state is Down" in down.stderr
-    nobody = SimHost(state, "sim02").run("ib_write_bw", "-d", "mlx5_0", "-p", str(_free_port()), "127.0.0.11",
+    nobody = SimHost(state, "sim02").run("ib_write_bw", "-d", "mlx5_0", "-p", str(free_loopback_port()), "127.0.0.11",
                                          check=False)
     assert nobody.returncode == 1 and "Couldn't connect" in nobody.stderr
     outside = SimHost(state, "sim02").run("ib_write_bw", "-d", "mlx5_0", "192.0.2.1", check=False)

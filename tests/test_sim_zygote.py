@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 from provision.sim import cluster
-from tests.simhelpers import bring_up
+from tests.simhelpers import bring_up, free_loopback_port
 
 
 def _agent(state_dir: Path, master: str, *, nnodes: int, params: dict) -> subprocess.Popen[str]:
@@ -37,12 +36,6 @@ def _wait_for(what: str, condition, timeout_s: float) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
@@ -50,7 +43,7 @@ def _parent_of(pid: int) -> int:
 def test_an_agent_forked_by_the_zygote_is_seen_as_itself_and_goes_with_its_stand_in(tmp_path: Path) -> None:
     state_dir, _ = bring_up(tmp_path, [], hosts="sim01")
     # a world of two nodes of which one came: its workers wait in the rendezvous until killed
-    client = _agent(state_dir, f"127.0.0.1:{_free_port()}", nnodes=2, params={"timeout_s": 50})
+    client = _agent(state_dir, f"127.0.0.1:{free_loopback_port()}", nnodes=2, params={"timeout_s": 50})
     try:
         _wait_for("the agent and its two workers", lambda: len(_ours(tmp_path)) >= 3, 60)
         seen = _ours(tmp_path)
@@ -71,7 +64,7 @@ def test_the_agents_exit_status_and_signals_pass_through_its_stand_in(tmp_path: 
     out, err = failing.communicate(timeout=60)
     assert failing.returncode == 1, err
     assert '"type":"agent"' in out and "KeyError: 'timeout_s'" in out, out + err
-    waiting = _agent(state_dir, f"127.0.0.1:{_free_port()}", nnodes=2, params={"timeout_s": 50})
+    waiting = _agent(state_dir, f"127.0.0.1:{free_loopback_port()}", nnodes=2, params={"timeout_s": 50})
     try:
         _wait_for("the agent and its two workers", lambda: len(_ours(tmp_path)) >= 3, 60)
         waiting.send_signal(signal.SIGTERM)  # the controller gave up: the agent takes its workers down and exits

@@ -59,12 +59,6 @@ def _address(key: str) -> str:
     return f"\0provision-sim-zygote-{key}"  # Linux's abstract namespace: nothing on disk to clean up
 
 
-def wanted() -> bool:
-    """This process is ``python3 -m fabric_tests.agent ...`` and nothing else: the one start a zygote takes."""
-    orig = getattr(sys, "orig_argv", [])
-    return len(orig) >= 3 and orig[1:3] == ["-m", MODULE] and sys.platform == "linux"
-
-
 def hand_over() -> None:
     """Run this agent in the zygote and exit with its status; return when no zygote could take it."""
     key = _key()

@@ -358,7 +358,9 @@ def start() -> None:
 
 
 # an agent's start goes to the warm interpreter that has torch imported (provision.sim.zygote), when it can be had
-if getattr(sys, "orig_argv", [])[1:3] == ["-m", "fabric_tests.agent"] and os.environ.get("PROVISION_SIM_ROOT"):
+# (Linux: its address is in the abstract socket namespace); checked here, so no other Python imports the zygote
+if (getattr(sys, "orig_argv", [])[1:3] == ["-m", "fabric_tests.agent"] and os.environ.get("PROVISION_SIM_ROOT")
+        and sys.platform == "linux"):
     from provision.sim import zygote
 
     zygote.hand_over()  # returns only when no zygote took the agent
