@@ -3,8 +3,18 @@ an intra-node all-reduce.
 
 Every worker multiplies the *same* seeded matrices, so on healthy hardware every result is bit-identical; the
 controller compares the digests across the node (silent data corruption shows as the odd one out) and each
-GPU's throughput against its node-mates'. Timings are best-of-``repeats``: a slow GPU is slow every time,
-while a hiccup of the machine is not.
+GPU's throughput against its node-mates'.
+
+The matmul is timed over ``repeats`` windows **in lockstep rounds**: the node's workers agree to go on before
+every ten windows (and so agree when a soak's held load ends), so the windows of every GPU of the node are measured
+under the same conditions: the node's power and temperature; on CPU workers sharing a core, whether the core's
+sibling was busy, which halves a window's speed. A GPU's speed is the **mean of its windows less the slowest tenth**
+(MAMF's mean, without the windows an interruption slowed; an interruption never speeds one up). Measured on CPU
+workers beside another test module (``tests/data/windows``): timed each on its own, the 10% quantile put a healthy
+worker at 0.85 of its mates (about a tenth of the windows came at the fast speed, so the quantile fell between the
+two speeds, in a different place per worker); in lockstep, the best window put one at 0.58 (one lucky window). The
+mean moves by a window's share when a window changes. A round of ten, not a barrier per window: a worker woken
+first from every barrier ran 3-7% slow on a shared core (its window cut into by its mates' wake-ups).
 
 On a GPU the matmul runs in **bf16** (the dtype of the catalog's peak; TF32 off so no other path is taken) over a
 short MAMF-style sweep of square shapes — ``matmul_n`` halved, as given and doubled, while three of them fit in a
@@ -34,19 +44,50 @@ def matmul_plan(device_type: str, n: int, free_bytes: int | None = None) -> tupl
     return torch.bfloat16, shapes
 
 
-def _time_matmul(device: torch.device, a: torch.Tensor, b: torch.Tensor, iters: int, repeats: int) -> float:
-    best, clock = float("inf"), compute_clock(device)
-    for _ in range(repeats):
+#: Windows a node's workers time between two agreements to go on (see the module's docstring).
+ROUND = 10
+
+
+def _time_matmul(device: torch.device, a: torch.Tensor, b: torch.Tensor, iters: int, repeats: int,
+                 lockstep: bool = False, until: float | None = None) -> list[float]:
+    """Each window's time for ``iters`` matmuls, by the device's clock: ``repeats`` windows, or with ``until`` (a
+    ``time.monotonic()``) rounds of windows until it has passed, at least one. With ``lockstep`` every round of
+    :data:`ROUND` windows starts when the node's group has agreed to go on (an all-reduce of each worker's wish:
+    the barrier and the agreement on when to stop, so no worker waits at a barrier its mates have left)."""
+    times: list[float] = []
+    clock = compute_clock(device)
+    while True:
+        if len(times) % ROUND == 0:
+            wish = len(times) < repeats if until is None else not times or time.monotonic() < until
+            if lockstep:
+                vote = torch.tensor([int(wish)], dtype=torch.int32, device=device)
+                dist.all_reduce(vote, op=dist.ReduceOp.MIN)
+                wish = bool(vote.item())
+            if not wish:
+                return times
+        elif until is None and len(times) >= repeats:
+            return times
         synchronize(device)
         started = clock()
         for _ in range(iters):
             torch.matmul(a, b)
         synchronize(device)
-        best = min(best, clock() - started)
-    return best
+        times.append(clock() - started)
 
 
-def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int, hold_s: float = 0.0) -> dict:
+#: The share of a device's windows, the slowest, left out of its speed (see the module's docstring).
+TRIMMED = 0.1
+
+
+def typical_window(times: list[float]) -> float:
+    """The mean window time of ``times`` less the slowest :data:`TRIMMED` of them: all of fewer than 10 (pure)."""
+    ordered = sorted(times)
+    kept = ordered[:len(ordered) - int(len(ordered) * TRIMMED)]
+    return sum(kept) / len(kept)
+
+
+def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int, hold_s: float = 0.0,
+            lockstep: bool = False) -> dict:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -64,15 +105,15 @@ def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int, h
             a = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
             b = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
             torch.matmul(a, b)
-        by_shape[size] = 2 * size**3 * iters / _time_matmul(device, a, b, iters, repeats) / 1e12
+        windows = _time_matmul(device, a, b, iters, repeats, lockstep)
+        by_shape[size] = 2 * size**3 * iters / typical_window(windows) / 1e12
     best_n = max(by_shape, key=lambda size: by_shape[size])
-    if hold_s > 0:  # a soak's round: the GPU kept under matmul at its best shape for the time asked
+    if hold_s > 0:  # a soak's round: the GPU kept under matmul at its best shape for the time asked, its speed that
+        # of the held windows (a clock that sagged during the round shows in this round, not the next)
         a = torch.randn(best_n, best_n, generator=generator).to(device=device, dtype=dtype)
         b = torch.randn(best_n, best_n, generator=generator).to(device=device, dtype=dtype)
-        until = time.monotonic() + hold_s
-        while time.monotonic() < until:
-            held = 2 * best_n**3 * iters / _time_matmul(device, a, b, iters, 1) / 1e12
-            by_shape[best_n] = max(by_shape[best_n], held)
+        held = _time_matmul(device, a, b, iters, 0, lockstep, until=time.monotonic() + hold_s)
+        by_shape[best_n] = 2 * best_n**3 * iters / typical_window(held) / 1e12
     return {"tflops": by_shape[best_n], "digest": digest, "dtype": str(dtype).removeprefix("torch."),
             "shapes": shapes, "best_n": best_n, "tflops_by_n": {str(size): value for size, value in by_shape.items()},
             "tf32": bool(device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)}
@@ -110,12 +151,14 @@ def _allreduce(device: torch.device, context: dict, nbytes: int, iters: int) -> 
 def run(context: dict) -> dict:
     params = context["params"]
     device = device_for(context["local_rank"])
+    together = context["nproc"] > 1  # the node's group: the matmul's lockstep, then the intra-node all-reduce
+    if together:
+        init_group(context, context["local_rank"], context["nproc"], params["timeout_s"])
     matmul = _matmul(device, params["matmul_n"], params["matmul_iters"], params["repeats"], params["seed"],
-                     float(params.get("hold_s", 0.0)))
+                     float(params.get("hold_s", 0.0)), lockstep=together)
     memory = _memory_bandwidth(device, params["memory_bytes"], params["repeats"])
     busbw, correct = 0.0, True
-    if context["nproc"] > 1:
-        init_group(context, context["local_rank"], context["nproc"], params["timeout_s"])
+    if together:
         busbw, correct = _allreduce(device, context, params["allreduce_bytes"], params["allreduce_iters"])
         dist.destroy_process_group()
     return {"device": str(device), **matmul, "memory_gbps": memory, "allreduce_busbw_gbps": busbw,

@@ -377,8 +377,8 @@ class Workload(Strict):
 
     matmul_n: Annotated[int, Field(ge=16, le=65536)] = 8192
     matmul_iters: Annotated[int, Field(ge=1, le=10000)] = 50
-    #: Timed windows of the node test, the best of which counts (many short ones outlive a busy moment of a shared
-    #: CPU: CPU workers want ~1,000; a GPU is steady in 5).
+    #: Timed windows of the node test, in lockstep rounds; a GPU's speed is their mean less the slowest tenth (CPU
+    #: workers sharing a core want 100-1,000 short ones; a GPU is steady in 5, all kept).
     repeats: Annotated[int, Field(ge=1, le=10000)] = 5
     memory_bytes: Annotated[int, Field(ge=4096, le=1 << 36)] = 1 << 30
     allreduce_bytes: Annotated[int, Field(ge=64, le=1 << 36)] = 1 << 30
