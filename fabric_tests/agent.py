@@ -201,11 +201,19 @@ def main(argv: list[str]) -> int:
     told = {pair.partition("=")[0] for pair in args.env} | set(chosen)
     nccl_env = {name: os.environ[name] for name in sorted(told) if name in os.environ}
     sys.stdout.flush()
-    for local_rank in range(args.nproc):
-        pid = os.fork()
-        if pid == 0:
-            _worker(module, args, local_rank, params)
-        pids[local_rank] = pid
+    # SIGTERM waits while the workers are forked: Python runs a handler after the call it arrived in, so one that
+    # came during a fork ran before the new worker's pid was kept, and that worker outlived the agent (holding the
+    # controller's pipe open, waiting at a rendezvous nobody else would reach)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        for local_rank in range(args.nproc):
+            pid = os.fork()
+            if pid == 0:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+                _worker(module, args, local_rank, params)
+            pids[local_rank] = pid
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one that came meanwhile is handled here
     outcome = supervise(pids, deadline, parent)
     alive = [pid for pid in pids.values() if _alive(pid)]
     emit("agent", node=os.environ.get("SLURMD_NODENAME") or socket.gethostname(), node_rank=args.node_rank,
