@@ -28,7 +28,8 @@ def _events(runs: Path, command: str) -> list[dict]:
     return []
 
 
-def _wait_for(predicate, what: str, timeout_s: float, process: subprocess.Popen | None = None) -> None:
+def _wait_for(predicate, what: str, timeout_s: float, process: subprocess.Popen | None = None,
+              left=lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -38,7 +39,7 @@ def _wait_for(predicate, what: str, timeout_s: float, process: subprocess.Popen 
         time.sleep(0.2)
     if process is not None:
         process.kill()
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what} {left()}")
 
 
 def test_kill_9_mid_burn_in_then_the_next_burn_in_continues_the_campaign(tmp_path: Path) -> None:
@@ -61,7 +62,8 @@ def test_kill_9_mid_burn_in_then_the_next_burn_in_continues_the_campaign(tmp_pat
     assert controller.returncode == -signal.SIGKILL
 
     # the agents notice that nobody will read their results and take their workers down with them
-    _wait_for(lambda: not processes_of(tmp_path), "every test process of the killed run to be gone", 10)
+    _wait_for(lambda: not processes_of(tmp_path), "every test process of the killed run to be gone", 10,
+              left=lambda: processes_of(tmp_path))
 
     status = json.loads(run_cli("status", "--json", str(spec)).stdout)
     assert {node["state"] for node in status["nodes"] if node["in_spec"]} == {"burning-in"}, \
