@@ -29,7 +29,7 @@ def fork():
     if pid:
         forked.write(f"{pid}\\n")
         forked.flush()
-        if forked.tell() and not getattr(fork, "sent", False):
+        if not getattr(fork, "sent", False):
             fork.sent = True
             os.kill(os.getpid(), signal.SIGTERM)  # the controller gives up while the agent forks
     return pid
