@@ -105,3 +105,53 @@ def test_a_unit_is_read_once_and_brought_where_it_is_wanted_in_one_command() -> 
     assert unit_state.actions_for(running, enabled=True, started=True) == []
     missing = unit_state.unit_properties("LoadState=not-found\nActiveState=inactive\nUnitFileState=\n")
     assert unit_state.actions_for(missing, enabled=True, started=True) == ["enable", "--now"]  # systemctl says why
+
+
+def test_the_wheel_cache_is_sent_only_the_wheels_the_node_lacks_and_places_them_whole(tmp_path: Path) -> None:
+    import importlib.util
+
+    import wheel_cache
+    from ansible.errors import AnsibleActionFail
+
+    loaded = importlib.util.spec_from_file_location(
+        "wheel_cache_action", ROOT / "playbooks" / "action_plugins" / "wheel_cache.py")
+    assert loaded and loaded.loader
+    action = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(action)
+
+    house, extra = tmp_path / "wheelhouse", tmp_path / "built"
+    (house / "nested").mkdir(parents=True)
+    extra.mkdir()
+    for name, size in (("torch-2.13.0-cp311-none-any.whl", 300), ("numpy-2.4.6-cp311-none-any.whl", 100)):
+        (house / name).write_bytes(b"w" * size)
+        os.utime(house / name, (1_795_720_626, 1_795_720_626))
+    (house / ".complete").write_text("")  # hidden: not a wheel
+    (house / "nested" / "old.whl").write_text("")  # below the folder: pip's --find-links does not look there
+    (extra / "provision_fabric_tests-0.1.0-py3-none-any.whl").write_bytes(b"f" * 10)
+    files = action.local_files([str(house), str(extra / "provision_fabric_tests-0.1.0-py3-none-any.whl")])
+    assert sorted(files) == ["numpy-2.4.6-cp311-none-any.whl", "provision_fabric_tests-0.1.0-py3-none-any.whl",
+                             "torch-2.13.0-cp311-none-any.whl"]
+    (extra / "numpy-2.4.6-cp311-none-any.whl").write_bytes(b"other")
+    with pytest.raises(AnsibleActionFail, match=re.escape("are both named numpy-2.4.6")):
+        action.local_files([str(house), str(extra)])
+    with pytest.raises(AnsibleActionFail, match="neither a folder nor a file"):
+        action.local_files([str(tmp_path / "absent")])
+    wanted = action.described(files)
+
+    cache = tmp_path / "node" / "var" / "cache" / "provision" / "wheels"
+    assert wheel_cache.present(str(cache)) == {}
+    assert wheel_cache.missing(wanted, {}) == [entry["name"] for entry in wanted]  # a fresh node: every wheel
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    for entry in wanted:
+        (staged / entry["name"]).write_bytes(Path(files[entry["name"]]).read_bytes())
+    cache.mkdir(parents=True)
+    for entry in wanted:
+        wheel_cache.place(str(staged), str(cache), entry, 0o644)
+    assert wheel_cache.missing(wanted, wheel_cache.present(str(cache))) == []  # the quick check finds them all
+    assert sorted(os.listdir(cache)) == sorted(files) and not os.listdir(staged)  # no temporary name left
+    torch = cache / "torch-2.13.0-cp311-none-any.whl"
+    assert torch.stat().st_mode & 0o777 == 0o644 and int(torch.stat().st_mtime) == 1_795_720_626
+    torch.write_bytes(b"w" * 120)  # an interrupted copy by other means: another size
+    os.utime(torch, (1_795_720_626, 1_795_720_626))
+    assert wheel_cache.missing(wanted, wheel_cache.present(str(cache))) == ["torch-2.13.0-cp311-none-any.whl"]

@@ -1,0 +1,80 @@
+"""Ansible action plugin: the controller's half of ``wheel_cache`` (see ``playbooks/library/wheel_cache.py``).
+
+It lists the wheels on the controller, asks the node in one module call which it lacks, puts only those (sftp over
+the shared connection: no Python started on the node), and places them with a second module call. A node that has
+every wheel costs one module call; a fresh one two, plus one transfer per wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+
+def local_files(sources: list[str]) -> dict[str, str]:
+    """Each file to send, by its name on the node: a folder gives its top-level regular files (what pip's
+    ``--find-links`` reads; hidden files and subfolders are not wheels), a file gives itself. Two sources naming
+    the same file name are refused: which one the node got would depend on their order."""
+    found: dict[str, str] = {}
+    for source in sources:
+        if os.path.isdir(source):
+            paths = sorted(entry.path for entry in os.scandir(source)
+                           if not entry.name.startswith(".") and entry.is_file())
+        elif os.path.isfile(source):
+            paths = [source]
+        else:
+            raise AnsibleActionFail(f"wheel_cache: {source} is neither a folder nor a file on the controller")
+        for path in paths:
+            name = os.path.basename(path)
+            if name in found and os.path.realpath(found[name]) != os.path.realpath(path):
+                raise AnsibleActionFail(f"wheel_cache: {found[name]} and {path} are both named {name}")
+            found[name] = path
+    return found
+
+
+def described(files: dict[str, str]) -> list[dict[str, Any]]:
+    """What the module compares: name, size and whole-second modification time (rsync's quick check)."""
+    described = []
+    for name, path in files.items():
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise AnsibleActionFail(f"wheel_cache: {path} is not a regular file")
+        described.append({"name": name, "size": info.st_size, "mtime": int(info.st_mtime)})
+    return described
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False  # the node's temporary folder is made only when a wheel is to be sent
+
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        sources = args.pop("src", None) or []
+        if isinstance(sources, str):
+            sources = [sources]
+        for internal in ("files", "staged"):
+            if internal in args:
+                raise AnsibleActionFail(f"wheel_cache: {internal} is set by the action plugin, not by a task")
+        files = local_files([self._find_needle("files", source) for source in sources])
+        args["files"] = described(files)
+        listed = self._execute_module(module_name="wheel_cache", module_args=args, task_vars=task_vars)
+        if listed.get("failed") or not listed.get("missing") or self._task.check_mode:
+            result.update(listed)
+            return result
+        staged = self._make_tmp_path()
+        try:
+            remote = [self._connection._shell.join_path(staged, name) for name in listed["missing"]]
+            for name, path in zip(listed["missing"], remote, strict=True):
+                self._transfer_file(files[name], path)
+            self._fixup_perms2([staged, *remote], execute=False)  # root reads them as they are: no round trip
+            placed = self._execute_module(module_name="wheel_cache", module_args={**args, "staged": staged},
+                                          task_vars=task_vars)
+        finally:
+            self._remove_tmp_path(staged)
+        result.update(placed)
+        return result
