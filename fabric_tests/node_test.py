@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from fabric_tests.devices import compute_clock, cuda_runtime, device_for, init_group, synchronize
+from fabric_tests.windows import ROUND, typical_window
 
 
 def matmul_plan(device_type: str, n: int, free_bytes: int | None = None) -> tuple[torch.dtype, list[int]]:
@@ -42,10 +43,6 @@ def matmul_plan(device_type: str, n: int, free_bytes: int | None = None) -> tupl
     if free_bytes is not None:  # three bf16 matrices of a shape must fit in a quarter of the free memory
         shapes = [size for size in shapes if 3 * 2 * size * size <= free_bytes // 4] or shapes[:1]
     return torch.bfloat16, shapes
-
-
-#: Windows a node's workers time between two agreements to go on (see the module's docstring).
-ROUND = 10
 
 
 def _time_matmul(device: torch.device, a: torch.Tensor, b: torch.Tensor, iters: int, repeats: int,
@@ -73,17 +70,6 @@ def _time_matmul(device: torch.device, a: torch.Tensor, b: torch.Tensor, iters: 
             torch.matmul(a, b)
         synchronize(device)
         times.append(clock() - started)
-
-
-#: The share of a device's windows, the slowest, left out of its speed (see the module's docstring).
-TRIMMED = 0.1
-
-
-def typical_window(times: list[float]) -> float:
-    """The mean window time of ``times`` less the slowest :data:`TRIMMED` of them: all of fewer than 10 (pure)."""
-    ordered = sorted(times)
-    kept = ordered[:len(ordered) - int(len(ordered) * TRIMMED)]
-    return sum(kept) / len(kept)
 
 
 def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int, hold_s: float = 0.0,

@@ -1,4 +1,5 @@
-"""How the node test turns a worker's timed windows into its speed (``fabric_tests/node_test.py``).
+"""How the node test turns a worker's timed windows into its speed (``fabric_tests/node_test.py``; the arithmetic:
+``fabric_tests/windows.py``).
 
 The pure part is judged on windows recorded on this machine (``tests/data/windows``): node-mates on one core beside
 another test module, where the best window and a quantile of the windows put a healthy GPU below its mates and the
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric_tests.node_test import ROUND, typical_window
+from fabric_tests.windows import ROUND, typical_window
 
 WINDOWS = Path(__file__).parent / "data" / "windows"
 
