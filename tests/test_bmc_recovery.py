@@ -29,8 +29,8 @@ FAULTS = [{"kind": "wrong_driver", "node": "sim02"}, {"kind": "reboot_hang", "no
 PHASES = "simulate,register,provision"
 
 
-def _spec(directory: Path) -> Path:
-    spec = write_spec(directory, FAULTS, hosts="sim[01-02]",  # a budget that lets one host of two fail
+def _spec(directory: Path, hosts: str = "sim[01-02]") -> Path:
+    spec = write_spec(directory, FAULTS, hosts=hosts,  # a budget that lets one host of two fail
                       admission={"max_failure_percent": {"provision": 50, "burnin": 50}})
     data = yaml.safe_load(spec.read_text())
     data["nodes"]["groups"][0]["bmc_address_start"] = "127.0.0.1"
@@ -54,7 +54,7 @@ def _node_history(spec: Path, node: str) -> list[dict]:
 
 
 def test_a_hung_host_is_power_cycled_through_its_bmc_and_provisioned(tmp_path: Path) -> None:
-    spec = _spec(tmp_path)
+    spec = _spec(tmp_path, hosts="sim02")  # the hung host alone: the next test has a bystander carry on beside it
     server = subprocess.Popen([sys.executable, "-m", "provision", "sim", "bmcs", str(spec)], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                               env={**os.environ, "TEST_BMC_USERNAME": USER})
@@ -65,10 +65,10 @@ def test_a_hung_host_is_power_cycled_through_its_bmc_and_provisioned(tmp_path: P
             lines.append(line)
             if "BMC(s) ready" in line or not line:
                 break
-        assert "2 BMC(s) ready" in "".join(lines), "".join(lines)
+        assert "1 BMC(s) ready" in "".join(lines), "".join(lines)
         result, nodes = _apply(spec)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        assert {name: node["state"] for name, node in nodes.items()} == {"sim01": "provisioned", "sim02": "provisioned"}
+        assert {name: node["state"] for name, node in nodes.items()} == {"sim02": "provisioned"}
         cycled = [entry for entry in _node_history(spec, "sim02") if entry["to"] == "provisioned"]
         steps = cycled[-1]["evidence"]["power_cycled"]["steps"]
         assert [step.split(":")[0] for step in steps] == ["ForceOff", "On"]
