@@ -233,6 +233,31 @@ def test_collectives_that_failed_everywhere_admit_nobody(tmp_path: Path) -> None
     assert "the collectives failed on every node" in str(burned["payload"])
 
 
+def test_a_stage_stopped_as_systemic_still_quarantines_the_nodes_it_had_failed(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collectives named sim02's hung rank in one attempt and then failed on every node in the next (how the
+    stage reaches that: test_collectives_replayed). The stop quarantines nobody for itself; sim02 is quarantined for
+    what it showed, the others stay where they were, to be burned in again."""
+    from provision.burnin import phase
+    from provision.burnin.verdict import judge
+    from provision.checks.outcome import CheckResult, Outcome
+
+    def stopped_after_naming_sim02(context: Any, nodes: list[Any]) -> list[Any]:
+        hung = judge(context.loaded.spec.admission, "sim02", "collectives", [CheckResult(
+            "watchdog", Outcome.FAILED, "rank 3 (sim02, GPU 1) stopped inside a collective; the others waited for "
+            "it until the 10 s timeout", "read the stack dump")])
+        raise phase.StageStopped("the collectives failed on every node (3 of 3) in attempt 2: sim01: GPU 1: "
+                                 "RuntimeError: Operation timed out!", [hung])
+
+    monkeypatch.setitem(phase.STAGES, "collectives", stopped_after_naming_sim02)
+    burned = provision_then_burn_in(_spec(tmp_path, [], "sim[01-04]", ["preflight", "collectives"]))
+    assert burned["rc"] != 0
+    assert {name: row["state"] for name, row in burned["nodes"].items()} == {
+        "sim01": "burning-in", "sim02": "quarantined", "sim03": "burning-in", "sim04": "burning-in"}
+    assert "stopped inside a collective" in burned["nodes"]["sim02"]["reason"]
+    assert "before it stopped are quarantined: sim02 (watchdog)" in str(burned["payload"])
+
+
 def test_the_catalog_says_where_worker_errors_are_caught() -> None:
     assert (CATALOG["worker_error"].stage, CATALOG["worker_error"].check) == ("collectives", "collectives")
 

@@ -66,3 +66,34 @@ def test_a_fault_on_every_node_stops_the_stage_as_systemic(name: str, tmp_path: 
     assert "no node was quarantined for it" in str(stopped)
     report = json.loads((tmp_path / "workers" / "collectives.json").read_text())
     assert report[-1]["rail_pairing"]["systemic"] is True and report[-1]["rail_pairing"]["confirmed"] == {}
+
+
+def _without(entry: dict, lost: str) -> dict:
+    """A recorded launch less the node it lost, the others' ranks renumbered: their same timeouts, now at the same
+    call with nobody behind them: a launch that failed on every node (what a rail too slow for the timeout, or a
+    fabric gone, looks like)."""
+    runs = []
+    for new_rank, run in enumerate(run for run in entry["runs"] if run["node"] != lost):
+        shift = (run["node_rank"] - new_rank) * entry["nproc"]
+        records = [{**record, "rank": record["rank"] - shift} if "rank" in record else record
+                   for record in run["records"]]
+        runs.append({**run, "node_rank": new_rank, "records": records})
+    return {**entry, "nodes": [run["node"] for run in runs], "runs": runs}
+
+
+def test_a_stop_as_systemic_keeps_the_nodes_already_failed_on_their_own(tmp_path: Path) -> None:
+    """Attempt 1 names the hung rank's node; attempt 2 fails on every node (the stage stops as systemic). The stop
+    quarantines nobody, and the hung node's own finding is kept for the phase to quarantine."""
+    recording = load("rank_hang")
+    first = recording["launches"][0]
+    recording = {**recording, "launches": [first, _without(first, "sim02")]}
+    loaded = load_spec(scenario_spec(tmp_path, recording["faults"], recording["hosts"]))
+    replay = Replay(recording)
+    with pytest.raises(multinode.FailedEverywhere) as stopped:
+        multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=23000,
+                                        evidence_dir=tmp_path / "workers", launcher=replay)
+    assert "failed on every node (3 of 3) in attempt 2" in str(stopped.value)
+    (hung,) = stopped.value.established
+    assert (hung.node, hung.passed, hung.check) == ("sim02", False, "watchdog"), hung.reason
+    assert "rank 3 (sim02, GPU 1) stopped inside a collective" in hung.reason
+    assert not any(replay.pending.values())

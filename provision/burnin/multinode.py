@@ -313,7 +313,20 @@ def finished(result: LaunchResult, params: dict[str, Any]) -> bool:
         result, expected_measurements(params, len(result.nodes), result.nproc)))
 
 
-class CollectivesUnresolved(RuntimeError):
+class StageSystemic(RuntimeError):
+    """A multi-node stage stopped as systemic: the cause is not a node, and nobody is quarantined for *it*.
+    ``established``: the verdicts of the nodes the stage had already failed on their own measurements in an earlier
+    attempt (a rank named behind everyone, a corrupting node confirmed beside a healthy partner), which the later
+    stop does not undo; set by the stage as the stop passes through it."""
+
+    established: list[NodeVerdict]
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.established = []
+
+
+class CollectivesUnresolved(StageSystemic):
     """The collectives returned wrong results and group testing confirmed no node as the cause."""
 
 
@@ -364,11 +377,11 @@ def isolate_wrong_results(loaded: LoadedSpec, state_dir: Path, nodes: list[Resol
     return isolate([node.name for node in nodes], lambda groups: rounds.run(groups, failed), min_group=2)
 
 
-class WorldSystemic(RuntimeError):
+class WorldSystemic(StageSystemic):
     """The fleet's world collectives far below what its rails carry: nobody's node."""
 
 
-class RailsSystemic(RuntimeError):
+class RailsSystemic(StageSystemic):
     """Slow rails in every pair of nodes: the fabric's or the configuration's, not any node's."""
 
 
@@ -513,7 +526,7 @@ def raised_errors(result: LaunchResult) -> dict[str, list[str]]:
     return found
 
 
-class FailedEverywhere(RuntimeError):
+class FailedEverywhere(StageSystemic):
     """Every node's workers failed a multi-node stage (init, exit, no report): a setting, the rendezvous or the
     fabric, not a node; nobody is quarantined for it."""
 
@@ -568,6 +581,9 @@ class CollectivesStage:
                          or self._wrong(result, attempt) or self._measured(result, attempt))
                 if not again:
                     break
+        except StageSystemic as stopped:
+            stopped.established = [verdict for verdict in self._verdicts() if verdict.node in self.failed]
+            raise
         finally:  # what was measured is kept, also when the stage stops as systemic
             self.evidence_dir.mkdir(parents=True, exist_ok=True)
             (self.evidence_dir / "collectives.json").write_text(json.dumps(self.report, indent=2))

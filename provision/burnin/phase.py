@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from provision import acceptance, baselines, observe, slurm
 from provision.burnin import dcgm, multinode, pairs, returns, soak, training
@@ -90,13 +91,22 @@ def _pairs(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict
     return report.verdicts
 
 
+class StageStopped(SystemicFailure):
+    """A stage stopped as systemic after it had failed some nodes on their own measurements (``established``):
+    the stop quarantines nobody, and those nodes stay failed for what they showed."""
+
+    def __init__(self, message: str, established: list[NodeVerdict]) -> None:
+        super().__init__(message)
+        self.established = established
+
+
 def _collectives(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     try:
         verdicts = multinode.run_collectives_stage(context.loaded, nodes, context.store.state_dir,
                                                    port=free_port(_seed(context)),
                                                    evidence_dir=context.run.path / "workers")
     except multinode.SYSTEMIC as problem:
-        raise SystemicFailure(str(problem)) from None
+        raise StageStopped(str(problem), problem.established) from None
     return verdicts
 
 
@@ -221,14 +231,27 @@ class BurninPhase:
                                                                      context.forks)
             ready = [node for node in due if node.name not in lacking]
             lent = {node.name: node for node in partners} if stage in WITH_PARTNERS and ready else {}
-            ran = [*lacking.values(), *(STAGES[stage](context, ready + list(lent.values())) if ready else [])]
+            try:
+                ran = [*lacking.values(), *(STAGES[stage](context, ready + list(lent.values())) if ready else [])]
+            except StageStopped as stopped:
+                established = [verdict for verdict in stopped.established if verdict.node not in lent]
+                if not established or self._over_budget(established, taken, budget):
+                    raise
+                self._record(context, stage, established)
+                for verdict in established:
+                    run.event("burnin.node", node=verdict.node, stage=stage, passed=False, check=verdict.check,
+                              reason=verdict.reason)
+                    self._quarantine(context, campaign, stage, verdict)
+                raise SystemicFailure(f"{stopped}; the nodes the stage had failed on their own measurements before "
+                                      "it stopped are quarantined: " + ", ".join(
+                                          f"{verdict.node} ({verdict.check})" for verdict in established)) from None
             stage_verdicts = [verdict for verdict in ran if verdict.node not in lent]
             if lent:  # what the partners showed is said, and judges nobody
                 run.event("burnin.partners", stage=stage,
                           partners=[verdict.as_dict() for verdict in ran if verdict.node in lent])
             self._record(context, stage, stage_verdicts)
             failing = [verdict for verdict in stage_verdicts if not verdict.passed]
-            if failing and len(failing) * 100 > budget * len(taken) and len(failing) > 1:
+            if self._over_budget(failing, taken, budget):
                 names = hostlist.compress([verdict.node for verdict in failing])
                 run.event("burnin.systemic", stage=stage, failing=[verdict.node for verdict in failing])
                 raise SystemicFailure(
@@ -248,11 +271,7 @@ class BurninPhase:
                     passed.setdefault(verdict.node, set()).add(stage)
                 else:
                     failed.add(verdict.node)
-                    store.forget_passes(campaign, verdict.node)
-                    store.transition(verdict.node, NodeState.QUARANTINED, run_id=run.id, stage=stage,
-                                     reason=verdict.reason, evidence={
-                                         "check": verdict.check, "remediation": verdict.remediation,
-                                         "results": [result.as_dict() for result in verdict.blockers], **figures})
+                    self._quarantine(context, campaign, stage, verdict, figures)
             run.event("burnin.stage.finished", stage=stage, failed=[v.node for v in failing])
             if stage == "soak":
                 demonstrated = self._acceptance(context, stage_verdicts)
@@ -317,6 +336,22 @@ class BurninPhase:
                                                                            record.stage})
                 passed.setdefault(node.name, set()).update(carried)
         return start
+
+    @staticmethod
+    def _over_budget(failing: list[NodeVerdict], taken: list[ResolvedNode], budget: float) -> bool:
+        """More nodes failed one stage than the burn-in's failure budget allows (and more than one): systemic."""
+        return len(failing) > 1 and len(failing) * 100 > budget * len(taken)
+
+    @staticmethod
+    def _quarantine(context: PhaseContext, campaign: str, stage: str, verdict: NodeVerdict,
+                    figures: dict[str, Any] | None = None) -> None:
+        """A node failed ``stage`` on its own measurements: its passes of this campaign forgotten, quarantined."""
+        context.store.forget_passes(campaign, verdict.node)
+        context.store.transition(verdict.node, NodeState.QUARANTINED, run_id=context.run.id, stage=stage,
+                                 reason=verdict.reason, evidence={
+                                     "check": verdict.check, "remediation": verdict.remediation,
+                                     "results": [result.as_dict() for result in verdict.blockers],
+                                     **(figures or {})})
 
     def _record(self, context: PhaseContext, stage: str, verdicts: list[NodeVerdict]) -> None:
         rows = []
