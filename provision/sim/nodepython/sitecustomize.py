@@ -52,9 +52,6 @@ def _install_nccl_semantics() -> None:
             self._work = work
 
         def wait(self, *args, **kwargs):
-            hold = getattr(self._work, "hold", None)
-            if hold is not None:  # a degraded port's late bytes: this call's, before the next call is posted
-                hold()
             pending.append((self._work, args, kwargs))
             return True
 
@@ -252,49 +249,28 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
 
     fastest: dict[tuple, float] = {}
 
-    def completed(key: tuple, started: float) -> None:
-        fastest[key] = min(fastest.get(key, float("inf")), time.perf_counter() - started)
-
-    def port_delay(key: tuple, factor: float) -> None:
+    def wire_delay(key: tuple, started: float, factor: float) -> None:
         """Sleep as if this call's bytes crossed a link at ``factor`` of its speed. The delay follows the fastest
         this call has ever completed (its own cost), never the time it spent waiting for slower peers: another
         fault's delay must not grow this one, nor this one grow itself. Its floor is the simulated wire's own
         time for those bytes: the fastest completion can be a bare last hop (the peers already waiting), and a
         delay built on that alone was lost in the noise of a loaded machine (a degraded pair measured healthy)."""
+        fastest[key] = min(fastest.get(key, float("inf")), time.perf_counter() - started)
         wire = WIRE_LATENCY_S + key[-1] / WIRE_BYTES_PER_S
-        time.sleep(max(fastest.get(key, wire), wire) * (1 / factor - 1))
-
-    def wire_delay(key: tuple, started: float, factor: float) -> None:
-        completed(key, started)
-        port_delay(key, factor)
+        time.sleep(max(fastest[key], wire) * (1 / factor - 1))
 
     class SlowPort:
         """The work of a collective whose data crosses a degraded port: it completes ``factor`` as fast, for
         every member, because the bytes this rank sends arrive late. The delay is spent inside ``wait`` (on
         the wire), not before the call is posted, so this rank does not look like a straggler: its peers and
-        it wait alike, and the rail is slow.
-
-        Under NCCL's completion (``wait()`` returns at once, the data is there at the synchronise) the delay is
-        spent in that ``wait()``, call by call (:meth:`hold`), as a slow link delays each call on the stream: the
-        peers wait for each call's late bytes in turn. Spent all at the synchronise instead, the delays of every
-        call of a measurement added up in front of the peers' *next* call, which timed out at 10 s on a loaded
-        machine (every member of the rail timed out, and the stage stopped as systemic)."""
+        it wait alike, and the rail is slow."""
 
         def __init__(self, work, key: tuple, started: float, factor: float) -> None:
             self._work, self._key, self._started, self._factor = work, key, started, factor
-            self._held_s: float | None = None
-
-        def hold(self) -> None:
-            began = time.perf_counter()
-            port_delay(self._key, self._factor)
-            self._held_s = time.perf_counter() - began
 
         def wait(self, *args, **kwargs):
             done = self._work.wait(*args, **kwargs)
-            if self._held_s is None:
-                wire_delay(self._key, self._started, self._factor)
-            else:  # its own cost, less the delay it was held for
-                completed(self._key, self._started + self._held_s)
+            wire_delay(self._key, self._started, self._factor)
             return done
 
         def __getattr__(self, name):
