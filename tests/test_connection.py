@@ -310,6 +310,7 @@ def test_a_file_not_read_is_never_a_file_that_is_not_there(default_bastion, tmp_
     """``read_text`` says ``None`` only for an absent file: a read that failed (refused, the connection gone under
     it) raises, so a check reads it as unknown — an unread nv_mem is not an unregistered nvidia-peermem — and the
     pool retires a connection lost under a read as it does under a command."""
+    import contextlib
     import threading
 
     from provision.observe import ReadFailed, SessionPool
@@ -339,6 +340,10 @@ def test_a_file_not_read_is_never_a_file_that_is_not_there(default_bastion, tmp_
         assert pool.get("node", opener).run(["true"], 10).ok and pool.opened == 2
     finally:
         pool.close()
+        # the node's cat outlives the dropped connection, blocked opening the FIFO: a writer's close ends it (with no
+        # reader left, the open fails)
+        with contextlib.suppress(OSError):
+            os.close(os.open(folder / "blocks", os.O_WRONLY | os.O_NONBLOCK))
         shutil.rmtree(folder, ignore_errors=True)
 
 
