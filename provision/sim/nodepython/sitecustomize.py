@@ -26,6 +26,14 @@ import time
 WIRE_LATENCY_S = 5e-3
 WIRE_BYTES_PER_S = 50e6
 
+#: The most a slow rank's or a degraded port's delay adds to one call, kept well below the collective timeout
+#: (10 s in the examples): a GPU at a fifth of its speed, a port at a tenth, is slow within a call, never a hang.
+#: Each delay follows a call's measured time, and two such faults in one group (a slow rank and a degraded port,
+#: both on rail 1) fed on each other's delays, each measuring its own cost with the other's delay in it, until a
+#: call outlasted the timeout on a loaded machine: every member of the rail timed out and the stage stopped as
+#: systemic (one clean clone), or the slow rank was named as hung (another). Unloaded, a delay is milliseconds.
+CALL_DELAY_CAP_S = 1.5
+
 
 def _node_state() -> dict:
     root = os.environ.get("PROVISION_SIM_ROOT")
@@ -257,7 +265,7 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
         delay built on that alone was lost in the noise of a loaded machine (a degraded pair measured healthy)."""
         fastest[key] = min(fastest.get(key, float("inf")), time.perf_counter() - started)
         wire = WIRE_LATENCY_S + key[-1] / WIRE_BYTES_PER_S
-        time.sleep(max(fastest[key], wire) * (1 / factor - 1))
+        time.sleep(min(max(fastest[key], wire) * (1 / factor - 1), CALL_DELAY_CAP_S))
 
     class SlowPort:
         """The work of a collective whose data crosses a degraded port: it completes ``factor`` as fast, for
@@ -295,7 +303,7 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
             if slow and result is not None and hasattr(result, "wait"):
                 result.wait()  # a slow rank: its own time, before it posts its next call
             for fault in slow:
-                time.sleep((time.perf_counter() - started) * (1 / fault["factor"] - 1))
+                time.sleep(min((time.perf_counter() - started) * (1 / fault["factor"] - 1), CALL_DELAY_CAP_S))
             for fault in ports:
                 if not _mine(fault):
                     continue
