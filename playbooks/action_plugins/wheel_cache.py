@@ -8,7 +8,6 @@ every wheel costs one module call; a fresh one two, plus one transfer per wheel.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
@@ -38,13 +37,8 @@ def local_files(sources: list[str]) -> dict[str, str]:
 
 def described(files: dict[str, str]) -> list[dict[str, Any]]:
     """What the module compares: name, size and whole-second modification time (rsync's quick check)."""
-    described = []
-    for name, path in files.items():
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):
-            raise AnsibleActionFail(f"wheel_cache: {path} is not a regular file")
-        described.append({"name": name, "size": info.st_size, "mtime": int(info.st_mtime)})
-    return described
+    return [{"name": name, "size": (info := os.stat(path)).st_size, "mtime": int(info.st_mtime)}
+            for name, path in files.items()]
 
 
 class ActionModule(ActionBase):

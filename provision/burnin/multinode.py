@@ -582,7 +582,7 @@ class CollectivesStage:
                 if not again:
                     break
         except StageSystemic as stopped:
-            stopped.established = [verdict for verdict in self._verdicts() if verdict.node in self.failed]
+            stopped.established = [self._failed_verdict(node.name) for node in self.nodes if node.name in self.failed]
             raise
         finally:  # what was measured is kept, also when the stage stops as systemic
             self.evidence_dir.mkdir(parents=True, exist_ok=True)
@@ -702,6 +702,9 @@ class CollectivesStage:
                 "the configuration's (a spine plane, NCCL on sockets, GPUDirect off, NCCL_IB_HCA), not a node's, "
                 "so no node was quarantined for it")
 
+    def _failed_verdict(self, host: str) -> NodeVerdict:
+        return judge(self.loaded.spec.admission, host, "collectives", self.failed[host])
+
     def _verdicts(self) -> list[NodeVerdict]:
         finished = self.report[-1] if self.report else {}
         gpudirect = self.loaded.spec.host.gpudirect != "off"
@@ -709,7 +712,7 @@ class CollectivesStage:
         verdicts = []
         for node in self.nodes:
             if node.name in self.failed:
-                verdicts.append(judge(admission, node.name, "collectives", self.failed[node.name]))
+                verdicts.append(self._failed_verdict(node.name))
             elif "busbw" in finished and node.name in self.finished_runs:
                 verdicts.append(judge(admission, node.name, "collectives", [CheckResult(
                     "collectives", Outcome.OK, f"{len(finished['busbw'])} measurements correct on "
