@@ -87,11 +87,13 @@ def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int, h
     digest = hashlib.sha256(result.float().cpu().numpy().tobytes()).hexdigest()
     by_shape = {}
     for size in shapes:
-        if size != n:
-            a = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
-            b = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
-            torch.matmul(a, b)
-        windows = _time_matmul(device, a, b, iters, repeats, lockstep)
+        # each shape timed on operands of that shape: the work counted is 2·size³ a product (the first shape of the
+        # sweep is smaller than n, so operands carried over from it would be counted 8 times over at n)
+        x, y = (a, b) if size == n else (
+            torch.randn(size, size, generator=generator).to(device=device, dtype=dtype),
+            torch.randn(size, size, generator=generator).to(device=device, dtype=dtype))
+        torch.matmul(x, y)  # the shape's warm-up (cuBLAS picks its kernel on the first call)
+        windows = _time_matmul(device, x, y, iters, repeats, lockstep)
         by_shape[size] = 2 * size**3 * iters / typical_window(windows) / 1e12
     best_n = max(by_shape, key=lambda size: by_shape[size])
     if hold_s > 0:  # a soak's round: the GPU kept under matmul at its best shape for the time asked, its speed that

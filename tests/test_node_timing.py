@@ -87,3 +87,25 @@ def test_node_mates_in_lockstep_time_the_same_windows_and_stop_together() -> Non
         worker.join(timeout=30)
     assert [counted for _rank, counted, _held in got] == [25, 25], got
     assert got[0][2] == got[1][2] == ROUND, "rank 0's time was up at the first vote: one round, for both"
+
+
+def test_each_shape_of_the_sweep_is_timed_on_operands_of_that_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep's first shape is n/2: operands carried over from it and counted as n's work made an H100 read
+    5,815 TFLOPS at n = 8192 (8x its 723, measured on an H100 with `python -m bench.gpu`, 2026-11-28), a matmul
+    check that could not fail. Every shape is timed on its own operands and counted as its own work."""
+    import torch
+
+    from fabric_tests import node_test
+
+    timed: list[tuple[int, ...]] = []
+
+    def windows(device, a, b, iters, repeats, lockstep=False, until=None):  # one second a window, whatever the shape
+        timed.append((*a.shape, *b.shape))
+        return [1.0] * max(repeats, 1)
+
+    monkeypatch.setattr(node_test, "matmul_plan", lambda device_type, n, free=None: (torch.float32, [n // 2, n, 2 * n]))
+    monkeypatch.setattr(node_test, "_time_matmul", windows)
+    measured = node_test._matmul(torch.device("cpu"), 64, iters=1, repeats=3, seed=0)
+    assert timed == [(32, 32, 32, 32), (64, 64, 64, 64), (128, 128, 128, 128)]
+    assert measured["tflops_by_n"] == {str(size): pytest.approx(2 * size**3 / 1e12) for size in (32, 64, 128)}
+    assert measured["best_n"] == 128
