@@ -81,6 +81,6 @@ def _move(directory: Path, command: str, target: NodeState, hosts: str, reason: 
                 record = store.node(name)
                 assert record is not None
                 stage, evidence = move(record)
-                store.transition(name, target, run_id=run.id, reason=reason, by_operator=True, stage=stage,
+                store.transition(name, target, run_id=run.id, reason=reason, stage=stage,
                                  evidence=evidence)
     return Move(names, target, reason, run.id, run.path)

@@ -6,13 +6,16 @@ Kept apart from :mod:`provision.pipeline` (which orders the phases) so a phase m
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from provision.runs import RunRecord
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
-from provision.state import StateStore
+from provision.state import NodeRecord, StateStore
+from provision.state.store import Registration
 
 
 @dataclass
@@ -34,11 +37,23 @@ class PhaseReport:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+class PlannedStore(Protocol):
+    """What a phase's ``plan`` reads of the store: the store itself, or the store as the phases before it would
+    leave it (``pipeline.plan``'s projection), so ``plan`` names the nodes ``apply`` will take."""
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    def node(self, name: str) -> NodeRecord | None: ...
+
+    def compare(self, spec_nodes: Iterable[tuple[str, str]]) -> Registration: ...
+
+
 class Phase(Protocol):
     name: str
     description: str
 
-    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+    def plan(self, loaded: LoadedSpec, store: PlannedStore | None, targets: list[ResolvedNode],
              forks: int) -> PhaseReport: ...
 
     def run(self, context: PhaseContext) -> PhaseReport: ...

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,15 +20,15 @@ from provision import ansible, inventory, node_check_file, recovery, runtime
 from provision.burnin.phase import BurninPhase
 from provision.connection import connection_model, jump_master
 from provision.errors import UsageProblem
-from provision.phases import Phase, PhaseContext, PhaseReport, SystemicFailure
+from provision.phases import Phase, PhaseContext, PhaseReport, PlannedStore, SystemicFailure
 from provision.run_context import SpecIdentity, mutating_run
 from provision.runs import RunRecord
 from provision.secrets import resolve as resolve_secret
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
-from provision.state import NodeState, StateStore
-from provision.state.store import Registration
+from provision.state import NodeRecord, NodeState, StateStore, lifecycle
+from provision.state.store import DB_NAME, Registration
 from topology import hostlist
 
 STATE_DIR_NAME = ".provision"
@@ -57,7 +58,7 @@ class RegisterPhase:
     name = "register"
     description = "record the spec's nodes in the state store"
 
-    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+    def plan(self, loaded: LoadedSpec, store: PlannedStore | None, targets: list[ResolvedNode],
              forks: int) -> PhaseReport:
         pairs = [(node.name, node.group) for node in loaded.nodes]
         change = store.compare(pairs) if store else Registration([name for name, _ in pairs], [], [])
@@ -93,7 +94,7 @@ class SimulatePhase:
     name = "simulate"
     description = "bring up the simulated cluster"
 
-    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+    def plan(self, loaded: LoadedSpec, store: PlannedStore | None, targets: list[ResolvedNode],
              forks: int) -> PhaseReport:
         if loaded.spec.simulation is None:
             return PhaseReport(self.name, "no simulation section", {})
@@ -124,51 +125,69 @@ def runtime_wheel(loaded: LoadedSpec, directory: Path) -> dict[str, str]:
 
 class ProvisionPhase:
     """The playbooks: every targeted host converged to the spec; a host that cannot be is quarantined with
-    the failing task, and later phases skip it."""
+    the failing task, and later phases skip it.
+
+    It takes the nodes the table of moves lets ``apply`` provision (:func:`lifecycle.retried_by_provisioning`):
+    new, provisioned and admitted ones, and those a failed task quarantined here; never a node the burn-in or an
+    operator quarantined (that quarantine holds until a repair), one in the middle of its burn-in, or a drained one.
+    """
 
     name = "provision"
     description = "converge hosts with the playbooks"
-    eligible = (NodeState.NEW, NodeState.PROVISIONED, NodeState.QUARANTINED, NodeState.ADMITTED)
 
-    def _hosts(self, context_targets: list[ResolvedNode], store: StateStore | None) -> list[str]:
+    @staticmethod
+    def _hosts(context_targets: list[ResolvedNode], store: PlannedStore | None) -> list[str]:
         hosts = []
         for node in context_targets:
             record = store.node(node.name) if store else None
-            if record is None or record.state in self.eligible:
+            if record is None or lifecycle.retried_by_provisioning(record.state, record.stage, record.by_operator):
                 hosts.append(node.name)
         return hosts
 
-    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+    def plan(self, loaded: LoadedSpec, store: PlannedStore | None, targets: list[ResolvedNode],
              forks: int) -> PhaseReport:
-        state_dir = store.state_dir if store else None
-        if state_dir is None or (loaded.spec.simulation is not None and sim_cluster.read_manifest(state_dir) is None):
-            return PhaseReport(self.name, f"would converge {len(targets)} host(s) (nothing known about them "
-                               "yet: run apply)", {"hosts": [node.name for node in targets]})
         hosts = self._hosts(targets, store)
+        state_dir = store.state_dir if store else None
+        if state_dir is None or not (state_dir / DB_NAME).exists() or (
+                loaded.spec.simulation is not None and sim_cluster.read_manifest(state_dir) is None):
+            return PhaseReport(self.name, f"would converge {len(hosts)} host(s) (nothing known about them "
+                               "yet: run apply)", {"hosts": hosts})
+        if not hosts:
+            return PhaseReport(self.name, "no host to provision", {})
         unbuilt: list[str] = []
         if loaded.spec.simulation is not None:  # plan writes nothing: a host not built yet is not built by it
             unbuilt = [host for host in hosts if not sim_cluster.is_built(state_dir, host)]
-            hosts = [host for host in hosts if host not in unbuilt]
-        if not hosts:
+        built = [host for host in hosts if host not in unbuilt]
+        if not built:
             return PhaseReport(self.name, f"would converge {len(unbuilt)} host(s) (not built yet: run apply)",
-                               {"hosts": unbuilt})
+                               {"hosts": hosts})
         with tempfile.TemporaryDirectory() as scratch:
             path = inventory.write(loaded, state_dir, Path(scratch) / "inventory.yml")
             checks = node_check_file.write_check_files(loaded, Path(scratch) / "node-check")
             with jump_master(connection_model(loaded)):
-                result = ansible.run_playbook(path, hosts, check=True, forks=forks,
+                result = ansible.run_playbook(path, built, check=True, forks=forks,
                                               extravars={"node_check_dir": str(checks),
                                                          **runtime_wheel(loaded, Path(scratch) / "runtime"),
                                                          **_secrets_for(loaded, [self])})  # check mode sudoes too
         changes = {host: outcome.changes for host, outcome in result.hosts.items() if outcome.changes}
         failures = {host: f"{outcome.failed_task}: {outcome.message}" for host, outcome in result.hosts.items()
                     if not outcome.succeeded}
-        if not changes and not failures:
-            return PhaseReport(self.name, "no changes", {})
-        summary = f"would change {len(changes)} host(s): {hostlist.compress(list(changes))}" if changes else ""
+        if not changes and not failures and not unbuilt:
+            # the play runs on them all the same (and takes a quarantine provisioning made back to provisioned)
+            return PhaseReport(self.name, "no changes", {"hosts": hosts} if self._moved(store, hosts) else {})
+        parts = [f"would change {len(changes)} host(s): {hostlist.compress(list(changes))}"] if changes else []
+        if unbuilt:
+            parts.append(f"would converge {len(unbuilt)} host(s) not built yet: {hostlist.compress(unbuilt)}")
         if failures:
-            summary += ("; " if summary else "") + f"{len(failures)} host(s) fail: {hostlist.compress(list(failures))}"
-        return PhaseReport(self.name, summary, {"changes": changes, "failures": failures})
+            parts.append(f"{len(failures)} host(s) fail: {hostlist.compress(list(failures))}")
+        return PhaseReport(self.name, "; ".join(parts), {"hosts": hosts, "changes": changes, "failures": failures})
+
+    @staticmethod
+    def _moved(store: PlannedStore | None, hosts: list[str]) -> bool:
+        """Whether converging ``hosts`` with no change moves any of them (every one but an admitted node goes to
+        provisioned)."""
+        return any((record := store.node(host) if store else None) is None or record.state is not NodeState.ADMITTED
+                   for host in hosts)
 
     def run(self, context: PhaseContext) -> PhaseReport:
         hosts = self._hosts(context.targets, context.store)
@@ -240,7 +259,8 @@ class ProvisionPhase:
             summary += (f"; {len(stopped)} not finished ({hostlist.compress(stopped)}): the failures exceeded the "
                         f"{context.loaded.spec.admission.max_failure_percent.provision:g}% provisioning failure "
                         "budget, so the play stopped; they stay as they were and the next apply takes them")
-        return PhaseReport(self.name, summary, {"failed": failed, "changed": changed, "stopped": stopped})
+        return PhaseReport(self.name, summary, {"hosts": hosts, "failed": failed, "changed": changed,
+                                                "stopped": stopped})
 
 
 PHASES: tuple[Phase, ...] = (SimulatePhase(), RegisterPhase(), ProvisionPhase(), BurninPhase())
@@ -342,12 +362,59 @@ def _secrets_for(loaded: LoadedSpec, chosen: list[Phase]) -> dict[str, str]:
 
 def plan(loaded: LoadedSpec, state_dir: Path, *, limit: str | None = None,
          phases: str | None = None, forks: int | None = None) -> list[PhaseReport]:
-    """What ``apply`` would do; reads the store if there is one and never writes."""
+    """What ``apply`` would do; reads the store if there is one and never writes.
+
+    Each phase plans against the store as the phases before it would leave it (:class:`Projection`): the burn-in
+    names the nodes provisioning would hand it, so ``plan`` names exactly the nodes ``apply`` takes."""
     chosen = select_phases(phases)
     targets = select_targets(loaded, limit)  # the same usage errors as apply
     store = StateStore.open_readonly(state_dir)
     try:
-        return [phase.plan(loaded, store, targets, forks or loaded.spec.connection.forks) for phase in chosen]
+        projection = Projection(store, state_dir)
+        reports = []
+        for phase in chosen:
+            reports.append(phase.plan(loaded, projection, targets, forks or loaded.spec.connection.forks))
+            projection.follow(reports[-1])
+        return reports
     finally:
         if store:
             store.close()
+
+
+class Projection:
+    """The store as ``apply``'s phases would leave it, phase by phase: what ``plan`` reads (see
+    :class:`PlannedStore`). Only the provision phase moves nodes before the burn-in: each host it would converge
+    goes to ``provisioned`` (an admitted host only when the play would change it), each it would fail to
+    ``quarantined`` in provisioning."""
+
+    def __init__(self, store: StateStore | None, state_dir: Path) -> None:
+        self.store, self._state_dir = store, state_dir
+        self.moved: dict[str, NodeRecord] = {}
+
+    @property
+    def state_dir(self) -> Path:
+        return self.store.state_dir if self.store else self._state_dir
+
+    def node(self, name: str) -> NodeRecord | None:
+        return self.moved.get(name) or (self.store.node(name) if self.store else None)
+
+    def compare(self, spec_nodes: Iterable[tuple[str, str]]) -> Registration:
+        pairs = list(spec_nodes)
+        return self.store.compare(pairs) if self.store else Registration([name for name, _ in pairs], [], [])
+
+    def follow(self, report: PhaseReport) -> None:
+        if report.name != ProvisionPhase.name:
+            return
+        changes, failures = report.details.get("changes", {}), report.details.get("failures", {})
+        for host in report.details.get("hosts", []):
+            record = self.node(host)
+            if host in failures:
+                self.moved[host] = _planned(host, record, NodeState.QUARANTINED, "provision",
+                                            f"would fail: {failures[host]}")
+            elif record is None or record.state is not NodeState.ADMITTED or host in changes:
+                self.moved[host] = _planned(host, record, NodeState.PROVISIONED, None, "")
+
+
+def _planned(name: str, record: NodeRecord | None, state: NodeState, stage: str | None, reason: str) -> NodeRecord:
+    return NodeRecord(name, record.group if record else "", state, stage, reason, True,
+                      record.position if record else 0, "", None, False)

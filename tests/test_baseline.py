@@ -17,6 +17,7 @@ from provision.state import NodeState, StateStore
 from provision.state.store import BaselineSample
 from tests.conftest import run_cli
 from tests.simhelpers import write_spec
+from tests.stores import recorded_run
 
 DATA = Path(__file__).parent / "data" / "gpu"
 PROFILE = "hgx-h100"
@@ -170,6 +171,7 @@ def test_only_quarantined_nodes_return_and_all_or_none(tmp_path: Path) -> None:
     state = tmp_path / "state"
     with StateStore(state) as store:
         store.register([("n1", "g"), ("n2", "g")], "r0")
+        recorded_run(store, "apply", "r0")
         for name in ("n1", "n2"):
             store.transition(name, NodeState.PROVISIONED, run_id="r0")
             store.transition(name, NodeState.BURNING_IN, run_id="r0", stage="node")
@@ -195,10 +197,12 @@ def test_a_small_burn_in_borrows_admitted_partners_for_its_multi_node_stages(tmp
     loaded = load_spec(write_spec(tmp_path, [], hosts="sim[01-06]"))
     with StateStore(tmp_path / "state") as store:
         store.register([(node.name, node.group) for node in loaded.nodes], "r0")
+        moves = {state: recorded_run(store, command) for state, command in (
+            (NodeState.ADMITTED, "admit"), (NodeState.QUARANTINED, "quarantine"), (NodeState.DRAINED, "drain"))}
         for name, target in (("sim01", NodeState.ADMITTED), ("sim02", NodeState.QUARANTINED),
                              ("sim03", NodeState.ADMITTED), ("sim04", NodeState.ADMITTED),
                              ("sim05", NodeState.ADMITTED), ("sim06", NodeState.DRAINED)):
-            store.transition(name, target, run_id="r0", reason="test", by_operator=True)
+            store.transition(name, target, run_id=moves[target], reason="test")
         returned = [node for node in loaded.nodes if node.name == "sim02"]
         names = [node.name for node in partners_for(store, loaded, returned, ["preflight", "node", "collectives"])]
         assert names == ["sim01", "sim03", "sim04"], "admitted nodes only, up to four nodes in all"

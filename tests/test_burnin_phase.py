@@ -7,6 +7,7 @@ from pathlib import Path
 from provision.burnin.phase import BurninPhase
 from provision.spec.semantics import ResolvedNode
 from provision.state import NodeState, StateStore
+from tests.stores import recorded_run
 
 
 def _node(name: str) -> ResolvedNode:
@@ -15,6 +16,7 @@ def _node(name: str) -> ResolvedNode:
 
 def _quarantined_at(store: StateStore, name: str, stage: str) -> None:
     store.register([(name, "compute")], "r0")
+    recorded_run(store, "apply", "r0")
     store.transition(name, NodeState.PROVISIONED, run_id="r0")
     store.transition(name, NodeState.BURNING_IN, run_id="r0", stage=stage)
     store.transition(name, NodeState.QUARANTINED, run_id="r0", stage=stage, reason="failed")

@@ -25,6 +25,7 @@ from provision.state.lifecycle import NodeState
 from provision.state.store import StateStore
 from tests.conftest import example_text, run_cli
 from tests.sshd import SSHD, USER, LoopbackSshd, hand_to_login_user, login_user_sudo, start_all, stop
+from tests.stores import recorded_run
 
 HOSTS = 16
 BASTION = "127.0.0.90"
@@ -94,8 +95,9 @@ def test_a_play_reaches_every_host_through_one_bastion_login(fleet) -> None:
 def test_a_campaign_measures_every_host_through_one_bastion_login(fleet) -> None:
     spec, state, servers = fleet
     with StateStore(state) as store:  # the roles are not what this test pays for: the store says they ran
+        setup = recorded_run(store, "apply")
         for host in ADDRESSES:
-            store.transition(host, NodeState.PROVISIONED, run_id=None, reason="test: connections only")
+            store.transition(host, NodeState.PROVISIONED, run_id=setup, reason="test: connections only")
     before = servers.logins("bastion")
     result = run_cli("burnin", "--json", str(spec), "--state-dir", str(state), timeout=600, env=BECOME)
     assert result.returncode in (0, 1), result.stdout + result.stderr

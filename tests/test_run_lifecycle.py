@@ -16,6 +16,7 @@ from provision import cable_repairs, pipeline
 from provision.cli import main
 from provision.sim import cluster as sim_cluster
 from provision.state import ClusterLock, NodeState, StateStore
+from tests.stores import recorded_run
 
 pytestmark = pytest.mark.fast  # pure: part of make test-fast
 
@@ -37,8 +38,9 @@ def _prepare(spec: Path) -> Path:
     assert main(["apply", str(spec), "--phases", "register"]) == 0
     state = spec.parent / ".provision" / "sim16"
     with StateStore(state) as store:
+        setup = recorded_run(store, "apply")
         for name in ("sim01", "sim02"):
-            store.transition(name, NodeState.PROVISIONED, run_id="setup", evidence={})
+            store.transition(name, NodeState.PROVISIONED, run_id=setup, evidence={})
     return state
 
 

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError, TransitionError
+from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError, TransitionError, lifecycle
 from provision.state.store import MIGRATIONS
+from tests.stores import recorded_run
 
 
 @pytest.fixture
 def store(tmp_path: Path):
     with StateStore(tmp_path / "state") as opened:
         opened.register([("n1", "g"), ("n2", "g"), ("n3", "g")], "run-1")
+        recorded_run(opened, "apply", "run-2")
+        recorded_run(opened, "apply", "r")
         yield opened
 
 
@@ -60,15 +63,85 @@ def test_a_refused_move_leaves_no_trace(store: StateStore) -> None:
 
 
 def test_operators_drain_and_the_pipeline_leaves_drained_nodes_alone(store: StateStore) -> None:
-    store.transition("n1", NodeState.DRAINED, run_id=None, reason="PSU swap", by_operator=True)
-    with pytest.raises(TransitionError):
+    store.transition("n1", NodeState.DRAINED, run_id=recorded_run(store, "drain"), reason="PSU swap")
+    with pytest.raises(TransitionError, match="cannot move a node from drained to provisioned"):
         store.transition("n1", NodeState.PROVISIONED, run_id="r")
-    store.transition("n1", NodeState.PROVISIONED, run_id=None, reason="PSU replaced", by_operator=True)
-    assert store.node("n1").state is NodeState.PROVISIONED
+    store.transition("n1", NodeState.ADMITTED, run_id=recorded_run(store, "admit"), reason="PSU replaced")
+    assert store.node("n1").state is NodeState.ADMITTED
+    assert [row["by_operator"] for row in store.history("n1")[-2:]] == [1, 1]
+
+
+def test_a_move_needs_a_recorded_run(store: StateStore) -> None:
+    with pytest.raises(TransitionError, match="no recorded run 'nobody'"):
+        store.transition("n1", NodeState.PROVISIONED, run_id="nobody")
+    assert store.node("n1").state is NodeState.NEW
+
+
+def _bring(store: StateStore, name: str, standing: str) -> None:
+    """Register ``name`` and move it, by the commands that make those moves, to ``standing``."""
+    store.register([(name, "g")], "run-1")
+    apply, held = "walk-apply", "failed"
+    path = {"new": [], "provisioned": [(NodeState.PROVISIONED, None)],
+            "burning-in": [(NodeState.PROVISIONED, None), (NodeState.BURNING_IN, "node")],
+            "admitted": [(NodeState.PROVISIONED, None), (NodeState.BURNING_IN, "node"), (NodeState.ADMITTED, None)],
+            "quarantined": [(NodeState.PROVISIONED, None), (NodeState.BURNING_IN, "node"),
+                            (NodeState.QUARANTINED, "node")],
+            lifecycle.QUARANTINED_IN_PROVISIONING: [(NodeState.QUARANTINED, "provision")],
+            "drained": []}[standing]
+    for target, stage in path:
+        store.transition(name, target, run_id=apply, stage=stage, reason=held)
+    if standing == "drained":
+        store.transition(name, NodeState.DRAINED, run_id=recorded_run(store, "drain"), reason="by hand")
+
+
+def test_every_move_is_made_only_by_the_commands_the_table_names(tmp_path: Path) -> None:
+    """The walk of the table: from every standing, to every state, by every command that moves nodes; the store
+    allows exactly the moves :data:`lifecycle.MOVES` gives that command, and a refused move leaves no trace."""
+    commands = ["apply", "burnin", "admit", "quarantine", "drain", "return"]
+    standings = [*(state.value for state in NodeState), lifecycle.QUARANTINED_IN_PROVISIONING]
+    with StateStore(tmp_path / "state") as store:
+        store.db.execute("PRAGMA synchronous=OFF")  # a thousand small transactions: the walk, not the disk
+        recorded_run(store, "apply", "walk-apply")
+        runs = {command: recorded_run(store, command) for command in commands}
+        allowed, refused = 0, 0
+        for i, standing in enumerate(standings):
+            for target in NodeState:
+                for command in commands:
+                    name = f"n{i}-{target.value}-{command}"
+                    _bring(store, name, standing)
+                    before = store.history(name)
+                    expected = command in lifecycle.MOVES.get((standing, target), frozenset())
+                    try:
+                        store.transition(name, target, run_id=runs[command], stage="node", reason="walk")
+                    except TransitionError as refusal:
+                        assert not expected, f"{command}: {standing} -> {target} refused: {refusal}"
+                        assert store.history(name) == before
+                        refused += 1
+                    else:
+                        assert expected, f"{command} moved a node from {standing} to {target}"
+                        assert store.history(name)[-1]["by_operator"] == (command in lifecycle.OPERATOR_COMMANDS)
+                        allowed += 1
+    assert allowed and refused
+
+
+def test_a_quarantine_the_burn_in_made_holds_until_a_repair_or_a_retest() -> None:
+    """What the table says of the quarantine (issue 55): apply never takes a node the burn-in or an operator
+    quarantined; it retries one that provisioning quarantined; a repair (return) and a re-test (burnin) may."""
+    held, failed_task = "quarantined", lifecycle.QUARANTINED_IN_PROVISIONING
+    assert not [target for (origin, target), commands in lifecycle.MOVES.items()
+                if origin == held and "apply" in commands]
+    assert "apply" in lifecycle.MOVES[(failed_task, NodeState.PROVISIONED)]
+    assert lifecycle.MOVES[(held, NodeState.PROVISIONED)] == {"return"}
+    assert lifecycle.MOVES[(held, NodeState.BURNING_IN)] == {"burnin"}
+    assert not lifecycle.retried_by_provisioning(NodeState.QUARANTINED, "collectives", False)
+    assert not lifecycle.retried_by_provisioning(NodeState.QUARANTINED, "provision", True), "an operator's holds"
+    assert lifecycle.retried_by_provisioning(NodeState.QUARANTINED, "provision", False)
+    assert not lifecycle.retried_by_provisioning(NodeState.BURNING_IN, "node", False)
+    assert lifecycle.retried_by_provisioning(NodeState.ADMITTED, None, False)
 
 
 def test_nodes_leaving_the_spec_keep_their_history(store: StateStore) -> None:
-    store.transition("n3", NodeState.QUARANTINED, run_id="r", reason="xid 79")
+    store.transition("n3", NodeState.QUARANTINED, run_id=recorded_run(store, "quarantine"), reason="xid 79")
     change = store.register([("n1", "g"), ("n2", "g")], "run-3")
     assert change.removed == ["n3"]
     record = store.node("n3")

@@ -28,7 +28,7 @@ from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import check_runtimes, run_preflight
 from provision.burnin.verdict import NodeVerdict
 from provision.capacity import capacity
-from provision.phases import PhaseContext, PhaseReport, SystemicFailure
+from provision.phases import PhaseContext, PhaseReport, PlannedStore, SystemicFailure
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.state import NodeState, StateStore
@@ -151,7 +151,7 @@ def partners_for(store: StateStore, loaded: LoadedSpec, taken: list[ResolvedNode
     return admitted[:PARTNERED_NODES - len(taken)]
 
 
-def eligible(store: StateStore | None, nodes: list[ResolvedNode], stages: Sequence[str], *,
+def eligible(store: PlannedStore | StateStore | None, nodes: list[ResolvedNode], stages: Sequence[str], *,
              retest_quarantined: bool) -> tuple[list[ResolvedNode], dict[str, str]]:
     """Nodes the burn-in takes, and why the others are left out.
 
@@ -178,7 +178,7 @@ class BurninPhase:
     name = "burnin"
     description = "burn in and admit"
 
-    def plan(self, loaded: LoadedSpec, store: StateStore | None, targets: list[ResolvedNode],
+    def plan(self, loaded: LoadedSpec, store: PlannedStore | None, targets: list[ResolvedNode],
              forks: int) -> PhaseReport:
         stages = list(loaded.spec.burnin.stages)
         taken, skipped = eligible(store, targets, stages, retest_quarantined=False)
@@ -193,7 +193,7 @@ class BurninPhase:
         stages = list(loaded.spec.burnin.stages)
         taken, skipped = eligible(store, context.targets, stages, retest_quarantined=context.retest_quarantined)
         if not taken:
-            return PhaseReport(self.name, "no node to burn in", {"skipped": skipped})
+            return PhaseReport(self.name, "no node to burn in", {"nodes": [], "skipped": skipped})
         on_slurm = loaded.spec.burnin.launcher == "slurm"
         partners = partners_for(store, loaded, taken, stages,
                                 idle=(lambda names: slurm.idle_nodes(loaded, names)) if on_slurm else None)
@@ -300,7 +300,8 @@ class BurninPhase:
         if cables:
             summary += (f"; {len(cables)} fabric cable(s) named by the pair tests (no node's fault): "
                         f"{', '.join(cables)} — see `provision topology flaps`")
-        return PhaseReport(self.name, summary, {"admitted": admitted, "quarantined": sorted(failed),
+        return PhaseReport(self.name, summary, {"nodes": [node.name for node in taken],
+                                                "admitted": admitted, "quarantined": sorted(failed),
                                                 "skipped": skipped, "campaign": campaign, "resumed": resumed,
                                                 "fabric_findings": cables, "capacity": enough.as_dict(),
                                                 "acceptance": demonstrated, "baseline_samples_kept": kept,

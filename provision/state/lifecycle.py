@@ -1,8 +1,13 @@
 """The node lifecycle: the one state machine every phase and operator command goes through.
 
-``new → provisioned → burning-in(stage) → admitted | quarantined(reason)``, with
-``drained`` set by hand. Keeping the allowed moves in one table means a phase
-cannot, say, admit a node that never burned in: the store refuses the move.
+``new → provisioned → burning-in(stage) → admitted | quarantined(reason)``, with ``drained`` set by hand.
+
+One table, :data:`MOVES`, says which command may make each move: a move is made by a recorded run, and the store
+looks up that run's command, so a phase cannot, say, admit a node that never burned in, and a plain ``apply``
+cannot take back a node the burn-in quarantined. A quarantine holds until a repair (``provision return``), an
+operator's re-test (``provision burnin``) or the operator's own move; only a node that *provisioning* quarantined
+(a failed task, an unreachable host) is retried by provisioning, because what failed there was the convergence,
+which the next ``apply`` does again.
 """
 
 from __future__ import annotations
@@ -21,37 +26,82 @@ class NodeState(StrEnum):
     DRAINED = "drained"
 
 
-_ANY = frozenset(NodeState)
+#: The commands that move nodes (their run's ``command`` in the store).
+APPLY, BURNIN = "apply", "burnin"
+ADMIT, QUARANTINE, DRAIN, RETURN = "admit", "quarantine", "drain", "return"
+#: An operator's own moves: recorded as the operator's in the node's history.
+OPERATOR_COMMANDS = frozenset({ADMIT, QUARANTINE, DRAIN, RETURN})
 
-#: state → the states a pipeline phase may move it to.
-PIPELINE_MOVES: dict[NodeState, frozenset[NodeState]] = {
-    NodeState.NEW: frozenset({NodeState.PROVISIONED, NodeState.QUARANTINED}),
-    NodeState.PROVISIONED: frozenset({NodeState.PROVISIONED, NodeState.BURNING_IN, NodeState.QUARANTINED}),
-    NodeState.BURNING_IN: frozenset({NodeState.BURNING_IN, NodeState.ADMITTED, NodeState.QUARANTINED}),
-    # Re-applying a changed spec re-provisions admitted nodes; burn-in may re-run.
-    NodeState.ADMITTED: frozenset({NodeState.PROVISIONED, NodeState.BURNING_IN, NodeState.QUARANTINED}),
-    # After repair a quarantined node re-enters at provisioning or at the stage it failed.
-    NodeState.QUARANTINED: frozenset({NodeState.PROVISIONED, NodeState.BURNING_IN, NodeState.QUARANTINED}),
-    # A drained node is out of the pipeline until an operator returns it.
-    NodeState.DRAINED: frozenset(),
-}
+#: Where a node stands for the table: its state, with a quarantine that provisioning made told apart (it is the
+#: only one ``apply`` retries).
+QUARANTINED_IN_PROVISIONING = "quarantined in provisioning"
 
-#: Operators (``provision admit|quarantine|drain``) may move any node anywhere
-#: except back to ``new`` or into the middle of a burn-in, which only runs create.
-OPERATOR_MOVES: dict[NodeState, frozenset[NodeState]] = {
-    state: _ANY - {NodeState.NEW, NodeState.BURNING_IN} for state in NodeState
-}
+
+def standing(state: NodeState, stage: str | None, by_operator: bool) -> str:
+    """The row of :data:`MOVES` a node is on: a quarantine made by the provision phase (stage ``provision``, not by
+    an operator) is :data:`QUARANTINED_IN_PROVISIONING`; every other state is itself."""
+    if state is NodeState.QUARANTINED and stage == "provision" and not by_operator:
+        return QUARANTINED_IN_PROVISIONING
+    return state.value
+
+
+def retried_by_provisioning(state: NodeState, stage: str | None, by_operator: bool) -> bool:
+    """Whether ``apply``'s provision phase takes the node: never one the burn-in or an operator holds."""
+    return NodeState.PROVISIONED in _targets(standing(state, stage, by_operator), APPLY)
+
+
+_HELD = NodeState.QUARANTINED.value  # a quarantine the burn-in or an operator made
+_EVERY_STANDING = (*(state.value for state in NodeState), QUARANTINED_IN_PROVISIONING)
+
+
+def _moves() -> dict[tuple[str, NodeState], frozenset[str]]:
+    table: dict[tuple[str, NodeState], set[str]] = {}
+
+    def allow(commands: set[str], sources: tuple[str, ...], *targets: NodeState) -> None:
+        for source in sources:
+            for target in targets:
+                table.setdefault((source, target), set()).update(commands)
+
+    new, provisioned, burning, admitted = (NodeState.NEW.value, NodeState.PROVISIONED.value,
+                                           NodeState.BURNING_IN.value, NodeState.ADMITTED.value)
+    PROVISIONED, BURNING_IN, ADMITTED, QUARANTINED, DRAINED = (
+        NodeState.PROVISIONED, NodeState.BURNING_IN, NodeState.ADMITTED, NodeState.QUARANTINED, NodeState.DRAINED)
+    # apply's provision phase: converged, or quarantined with the failing task; an admitted node is provisioned
+    # again only when a changed spec changed it
+    allow({APPLY}, (new, provisioned, admitted, QUARANTINED_IN_PROVISIONING), PROVISIONED, QUARANTINED)
+    # the burn-in (in apply, or `provision burnin`): into a stage, through the stages, admitted or quarantined
+    allow({APPLY, BURNIN}, (provisioned, burning), BURNING_IN)
+    allow({APPLY, BURNIN}, (burning,), ADMITTED, QUARANTINED)
+    # an operator's re-test takes a node the burn-in held back in at the stage it failed; failing again holds it
+    allow({BURNIN}, (_HELD,), BURNING_IN, QUARANTINED)
+    # the operator's own moves, from anywhere; a return from repair only from a quarantine
+    allow({ADMIT}, _EVERY_STANDING, ADMITTED)
+    allow({QUARANTINE}, _EVERY_STANDING, QUARANTINED)
+    allow({DRAIN}, _EVERY_STANDING, DRAINED)
+    allow({RETURN}, (_HELD, QUARANTINED_IN_PROVISIONING), PROVISIONED)
+    return {key: frozenset(commands) for key, commands in table.items()}
+
+
+#: (where the node stands, where it goes) → the commands that may make that move; a move on no row is refused.
+MOVES: dict[tuple[str, NodeState], frozenset[str]] = _moves()
+
+
+def _targets(source: str, command: str) -> set[NodeState]:
+    return {target for (origin, target), commands in MOVES.items() if origin == source and command in commands}
 
 
 class TransitionError(Refusal, ValueError):
     """A move the lifecycle does not allow."""
 
 
-def check_move(current: NodeState, target: NodeState, *, by_operator: bool, stage: str | None, reason: str) -> None:
-    allowed = (OPERATOR_MOVES if by_operator else PIPELINE_MOVES)[current]
-    if target not in allowed:
-        who = "an operator" if by_operator else "the pipeline"
-        raise TransitionError(f"{who} cannot move a node from {current} to {target}")
+def check_move(current: NodeState, target: NodeState, *, command: str, stage: str | None, reason: str,
+               current_stage: str | None = None, current_by_operator: bool = False) -> None:
+    """Refuse a move the table does not give ``command``; a stage and a reason where the target needs them."""
+    source = standing(current, current_stage, current_by_operator)
+    if command not in MOVES.get((source, target), frozenset()):
+        allowed = MOVES.get((source, target))
+        hint = f" (only {', '.join(f'`provision {name}`' for name in sorted(allowed))} may)" if allowed else ""
+        raise TransitionError(f"`provision {command}` cannot move a node from {source} to {target}{hint}")
     if target is NodeState.BURNING_IN and not stage:
         raise TransitionError("burning-in needs the stage the node is in")
     if target in (NodeState.QUARANTINED, NodeState.DRAINED) and not reason.strip():

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import Refusal
-from provision.state.lifecycle import NodeState, check_move
+from provision.state.lifecycle import OPERATOR_COMMANDS, NodeState, TransitionError, check_move
 
 DB_NAME = "state.db"
 
@@ -183,6 +183,7 @@ class NodeRecord:
     position: int
     updated_at: str
     run_id: str | None
+    by_operator: bool = False  # whether the node's last move was an operator's (a quarantine the operator holds)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -194,6 +195,7 @@ class NodeRecord:
             "in_spec": self.in_spec,
             "updated_at": self.updated_at,
             "run_id": self.run_id,
+            "by_operator": self.by_operator,
         }
 
 
@@ -330,12 +332,17 @@ class StateStore:
 
     # -- nodes --------------------------------------------------------------------
 
+    #: A node's row with whether its last move was an operator's (the table of moves tells a quarantine the
+    #: provision phase made from one an operator holds).
+    _NODE_ROW = ("SELECT nodes.*, (SELECT by_operator FROM transitions WHERE transitions.node = nodes.name "
+                 "ORDER BY id DESC LIMIT 1) AS last_by_operator FROM nodes")
+
     def nodes(self) -> list[NodeRecord]:
-        rows = self.db.execute("SELECT * FROM nodes ORDER BY in_spec DESC, position, name").fetchall()
+        rows = self.db.execute(f"{self._NODE_ROW} ORDER BY in_spec DESC, position, name").fetchall()
         return [_node(row) for row in rows]
 
     def node(self, name: str) -> NodeRecord | None:
-        row = self.db.execute("SELECT * FROM nodes WHERE name = ?", (name,)).fetchone()
+        row = self.db.execute(f"{self._NODE_ROW} WHERE name = ?", (name,)).fetchone()
         return _node(row) if row else None
 
     def compare(self, spec_nodes: Iterable[tuple[str, str]]) -> Registration:
@@ -373,25 +380,33 @@ class StateStore:
         name: str,
         target: NodeState,
         *,
-        run_id: str | None,
+        run_id: str,
         stage: str | None = None,
         reason: str = "",
         evidence: dict[str, Any] | None = None,
-        by_operator: bool = False,
     ) -> None:
-        """Move one node, atomically with its history row; refuse moves the lifecycle forbids."""
+        """Move one node, atomically with its history row; refuse moves the lifecycle forbids.
+
+        The move is made by the run ``run_id``: its command (as the store recorded it when the run started) is
+        what the table of moves is asked about, and an operator's command is recorded as the operator's move. A
+        run the store does not know makes no move."""
         stamp = now()
         with self.transaction():
-            row = self.db.execute("SELECT state FROM nodes WHERE name = ?", (name,)).fetchone()
-            if row is None:
+            run = self.db.execute("SELECT command FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if run is None:
+                raise TransitionError(f"no recorded run {run_id!r}: a node is moved only by a run of the store")
+            record = self.node(name)
+            if record is None:
                 raise KeyError(f"unknown node {name!r}")
-            current = NodeState(row["state"])
-            check_move(current, target, by_operator=by_operator, stage=stage, reason=reason)
+            command = run["command"]
+            check_move(record.state, target, command=command, stage=stage, reason=reason,
+                       current_stage=record.stage, current_by_operator=record.by_operator)
             self.db.execute(
                 "UPDATE nodes SET state = ?, stage = ?, reason = ?, updated_at = ?, run_id = ? WHERE name = ?",
                 (target.value, stage, reason, stamp, run_id, name),
             )
-            self._log(name, current, target, stage, reason, evidence or {}, by_operator, run_id, stamp)
+            self._log(name, record.state, target, stage, reason, evidence or {}, command in OPERATOR_COMMANDS,
+                      run_id, stamp)
 
     def history(self, name: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM transitions WHERE node = ? ORDER BY id", (name,)).fetchall()
@@ -618,6 +633,7 @@ def _node(row: sqlite3.Row) -> NodeRecord:
         position=row["position"],
         updated_at=row["updated_at"],
         run_id=row["run_id"],
+        by_operator=bool(row["last_by_operator"]),
     )
 
 
