@@ -184,10 +184,10 @@ class ProvisionPhase:
 
     @staticmethod
     def _moved(store: PlannedStore | None, hosts: list[str]) -> bool:
-        """Whether converging ``hosts`` with no change moves any of them (every one but an admitted node goes to
-        provisioned)."""
-        return any((record := store.node(host) if store else None) is None or record.state is not NodeState.ADMITTED
-                   for host in hosts)
+        """Whether converging ``hosts`` with no change moves any of them to another state: a new one, or one a
+        failed task had quarantined, goes to provisioned (a provisioned or an admitted one stays as it is)."""
+        return any((record := store.node(host) if store else None) is None
+                   or record.state in (NodeState.NEW, NodeState.QUARANTINED) for host in hosts)
 
     def run(self, context: PhaseContext) -> PhaseReport:
         hosts = self._hosts(context.targets, context.store)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from provision.burnin.phase import BurninPhase
 from provision.spec.semantics import ResolvedNode
 from provision.state import NodeState, StateStore
@@ -168,3 +170,173 @@ def test_a_cpu_worker_is_a_straggler_only_far_past_the_machines_noise() -> None:
     assert list(multinode.stragglers(launch("cuda:0", 1.8), 5.0)) == ["sim03"]
     assert multinode.stragglers(launch("cpu", 1.8), 5.0) == {}
     assert "sim03" in multinode.stragglers(launch("cpu", 5.0), 5.0)  # the simulator's rank_slow (factor 0.2)
+
+
+def _burn_in(tmp_path: Path, monkeypatch, hosts: str, collectives) -> tuple[dict, StateStore]:
+    """The phase over ``hosts`` (preflight and collectives; preflight passes everyone), ``collectives`` standing
+    in for the stage: each call's nodes -> verdicts. Returns the report's details and the opened store."""
+    from provision.burnin import phase
+    from provision.checks.outcome import CheckResult, Outcome
+    from provision.phases import PhaseContext
+    from provision.run_context import SpecIdentity, mutating_run
+    from provision.spec import load_spec
+    from tests.simhelpers import write_spec
+
+    loaded = load_spec(write_spec(tmp_path, [], hosts=hosts, stages=["preflight", "collectives"]))
+    ok = [CheckResult("probe", Outcome.OK, "fine")]
+    monkeypatch.setitem(phase.STAGES, "preflight", lambda context, nodes: [
+        phase.NodeVerdict(node.name, "preflight", ok) for node in nodes])
+    monkeypatch.setitem(phase.STAGES, "collectives", lambda context, nodes: collectives([n.name for n in nodes]))
+    monkeypatch.setattr(phase, "check_runtimes", lambda *args: {})
+    state = tmp_path / "state"
+    with StateStore(state) as store:
+        store.register([(node.name, node.group) for node in loaded.nodes], "r0")
+        setup = recorded_run(store, "apply", "r0")
+        for node in loaded.nodes:
+            store.transition(node.name, NodeState.PROVISIONED, run_id=setup)
+    with mutating_run(state, "apply", ["apply"], spec=SpecIdentity(loaded.path, loaded.sha256)) as active:
+        report = phase.BurninPhase().run(PhaseContext(loaded, active.store, active.record, list(loaded.nodes)))
+    return report.details, StateStore(state)
+
+
+def test_a_node_its_stage_could_not_judge_waits_and_is_measured_beside_the_nodes_just_admitted(
+        tmp_path: Path, monkeypatch) -> None:
+    """sim02 fails, sim03 is left alone (waits); sim01 passes and is admitted; sim03 then runs again beside sim01,
+    a partner the campaign just admitted, and is admitted on its own measurements (issue 55)."""
+    from provision.burnin.verdict import NodeVerdict, waits
+    from provision.checks.outcome import CheckResult, Outcome
+
+    calls: list[list[str]] = []
+
+    def collectives(nodes: list[str]) -> list[NodeVerdict]:
+        calls.append(nodes)
+        if len(calls) == 1:
+            return [NodeVerdict("sim01", "collectives", [CheckResult("collectives", Outcome.OK, "fine")]),
+                    NodeVerdict("sim02", "collectives", [CheckResult("watchdog", Outcome.FAILED, "hung")],
+                                [CheckResult("watchdog", Outcome.FAILED, "hung")]),
+                    waits("sim03", "collectives", "the only node left")]
+        return [NodeVerdict(name, "collectives", [CheckResult("collectives", Outcome.OK, "fine")]) for name in nodes]
+
+    details, store = _burn_in(tmp_path, monkeypatch, "sim[01-03]", collectives)
+    with store:
+        assert calls == [["sim01", "sim02", "sim03"], ["sim03", "sim01"]], "sim01 lent as a partner"
+        assert sorted(details["admitted"]) == ["sim01", "sim03"] and details["quarantined"] == ["sim02"]
+        assert details["waiting"] == {}
+        moves = [(row["to_state"], row["stage"], row["reason"]) for row in store.history("sim03")]
+        assert ("burning-in", "collectives", "collectives: waits for partners: the only node left") in moves
+        assert moves[-1][0] == "admitted" and store.node("sim01").state is NodeState.ADMITTED
+
+
+def test_with_no_partner_to_be_had_a_waiting_node_stays_burning_in_and_re_enters_at_its_stage(
+        tmp_path: Path, monkeypatch) -> None:
+    from provision.burnin.verdict import NodeVerdict, waits
+    from provision.checks.outcome import CheckResult, Outcome
+
+    def collectives(nodes: list[str]) -> list[NodeVerdict]:
+        hung = [CheckResult("watchdog", Outcome.FAILED, "hung")]
+        return [NodeVerdict("sim01", "collectives", hung, hung), waits("sim02", "collectives", "the only node left")]
+
+    details, store = _burn_in(tmp_path, monkeypatch, "sim[01-02]", collectives)
+    with store:
+        assert details["admitted"] == [] and details["quarantined"] == ["sim01"]
+        assert list(details["waiting"]) == ["sim02"]
+        record = store.node("sim02")
+        assert (record.state, record.stage) == (NodeState.BURNING_IN, "collectives") and "waits" in record.reason
+        campaign, _ = store.open_campaign("r9", ["preflight", "collectives"], "another")
+        passed: dict[str, set[str]] = {}
+        start = BurninPhase()._entry_points(store, campaign, [_node("sim02")], ["preflight", "collectives"],
+                                            passed, "r9")
+        assert start == {"sim02": 1}, "the next campaign takes it at the stage it waits in"
+    # the report and status say which nodes wait, and why
+    from provision.report import write_report
+    from provision.spec import load_spec
+    from tests.conftest import run_cli
+
+    written = write_report(load_spec(tmp_path / "spec.yaml"), tmp_path / "state")
+    page = written.html.read_text()
+    assert 'id="waiting"' in page and '<tr data-node="sim02"><td>sim02</td><td>collectives</td>' in page
+    status = run_cli("status", "--state-dir", str(tmp_path / "state"))
+    assert "waiting for burn-in partners" in status.stdout and "the only node left" in status.stdout, status.stdout
+
+
+def _verdicts_by_plan(stage: str, nodes: list[str]):
+    """sim02 fails the node stage, sim03 the collectives; everyone else passes everything."""
+    from provision.burnin.verdict import NodeVerdict
+    from provision.checks.outcome import CheckResult, Outcome
+
+    fails = {("node", "sim02"): "matmul", ("collectives", "sim03"): "correctness"}
+    verdicts = []
+    for name in nodes:
+        check = fails.get((stage, name))
+        results = [CheckResult(check or "probe", Outcome.FAILED if check else Outcome.OK, "as planned")]
+        verdicts.append(NodeVerdict(name, stage, results, [r for r in results if r.outcome is Outcome.FAILED]))
+    return verdicts
+
+
+def _outcome(state: Path) -> dict[str, tuple[str, str | None, str]]:
+    with StateStore(state) as store:
+        return {record.name: (str(record.state), record.stage, record.reason) for record in store.nodes()}
+
+
+@pytest.mark.parametrize("where", ["mid-stage", "boundary"])
+@pytest.mark.parametrize("stage", ["preflight", "node", "collectives"])
+def test_an_interrupted_burn_in_ends_as_the_uninterrupted_one(tmp_path: Path, monkeypatch, stage: str,
+                                                             where: str) -> None:
+    """Interrupted inside each stage, or at the boundary before it (the first move into it), then run again:
+    the same final states, stages and reasons as the burn-in that was never interrupted (issue 55)."""
+    from provision.burnin import phase
+    from provision.phases import PhaseContext
+    from provision.run_context import SpecIdentity, mutating_run
+    from provision.spec import load_spec
+    from tests.simhelpers import write_spec
+
+    stages = ["preflight", "node", "collectives"]
+
+    def burn_in(directory: Path, interrupt: str | None) -> dict[str, tuple[str, str | None, str]]:
+        directory.mkdir()
+        loaded = load_spec(write_spec(directory, [], hosts="sim[01-04]", stages=stages))
+        struck: list[bool] = []
+
+        def runner(name: str):
+            def run(context, nodes):
+                if interrupt == name and where == "mid-stage" and not struck:
+                    struck.append(True)
+                    raise KeyboardInterrupt(f"kill inside {name}")
+                return _verdicts_by_plan(name, [node.name for node in nodes])
+            return run
+
+        for name in stages:
+            monkeypatch.setitem(phase.STAGES, name, runner(name))
+        monkeypatch.setattr(phase, "check_runtimes", lambda *args: {})
+        state = directory / "state"
+        with StateStore(state) as store:
+            store.register([(node.name, node.group) for node in loaded.nodes], "r0")
+            setup = recorded_run(store, "apply", "r0")
+            for node in loaded.nodes:
+                store.transition(node.name, NodeState.PROVISIONED, run_id=setup)
+        original = StateStore.transition
+
+        def transition(self, name, target, **kwargs):
+            if interrupt and where == "boundary" and not struck and kwargs.get("stage") == interrupt \
+                    and target is NodeState.BURNING_IN:
+                struck.append(True)
+                raise KeyboardInterrupt(f"kill at the start of {interrupt}")
+            return original(self, name, target, **kwargs)
+
+        monkeypatch.setattr(StateStore, "transition", transition)
+        identity = SpecIdentity(loaded.path, loaded.sha256)
+        for _attempt in range(2):
+            try:
+                with mutating_run(state, "apply", ["apply"], spec=identity) as active:
+                    phase.BurninPhase().run(PhaseContext(loaded, active.store, active.record, list(loaded.nodes)))
+                break
+            except KeyboardInterrupt:
+                assert interrupt, "only the interrupted burn-in is interrupted"
+        monkeypatch.setattr(StateStore, "transition", original)
+        assert bool(struck) == bool(interrupt)
+        return _outcome(state)
+
+    expected = burn_in(tmp_path / "whole", None)
+    assert expected["sim02"][:2] == ("quarantined", "node") and expected["sim03"][:2] == ("quarantined", "collectives")
+    assert expected["sim01"][0] == expected["sim04"][0] == "admitted"
+    assert burn_in(tmp_path / "interrupted", stage) == expected

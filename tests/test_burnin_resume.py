@@ -1,6 +1,7 @@
 """kill -9 of the controller in the middle of a burn-in: nothing admitted by the killed run, no test process
-left behind on any simulated node, and the next `provision burnin` continues the same campaign from the state
-store — it runs only the stages not yet passed and then admits."""
+left behind on any simulated node, and the next `provision apply` continues the same campaign from the state
+store — it runs only the stages not yet passed and then admits — and leaves alone the node the killed run had
+quarantined (issue 55: it used to re-provision and re-test it)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def _wait_for(predicate, what: str, timeout_s: float, process: subprocess.Popen 
 
 
 def test_kill_9_mid_burn_in_then_the_next_burn_in_continues_the_campaign(tmp_path: Path) -> None:
-    spec = shrink_to_four_gpus(write_spec(tmp_path, [], hosts="sim[01-03]", stages=STAGES))
+    xid = {"kind": "xid", "node": "sim04", "target": "gpu2", "params": {"code": 79}}
+    spec = shrink_to_four_gpus(write_spec(tmp_path, [xid], hosts="sim[01-04]", stages=STAGES))
     provision(spec)
     runs = tmp_path / ".provision" / "sim16" / "runs"
 
@@ -66,13 +68,21 @@ def test_kill_9_mid_burn_in_then_the_next_burn_in_continues_the_campaign(tmp_pat
               left=lambda: processes_of(tmp_path))
 
     status = json.loads(run_cli("status", "--json", str(spec)).stdout)
-    assert {node["state"] for node in status["nodes"] if node["in_spec"]} == {"burning-in"}, \
+    states = {node["name"]: node["state"] for node in status["nodes"] if node["in_spec"]}
+    assert states == {"sim01": "burning-in", "sim02": "burning-in", "sim03": "burning-in", "sim04": "quarantined"}, \
         "the killed run admitted nobody"
+    with StateStore(tmp_path / ".provision" / "sim16") as store:
+        held = store.history("sim04")
+    assert held[-1]["stage"] == "preflight" and "79" in held[-1]["reason"], held[-1]
 
-    resumed = run_cli("burnin", str(spec), "--json", timeout=600)
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = run_cli("apply", str(spec), "--json", timeout=600)
+    assert resumed.returncode == 1, resumed.stderr  # 1: sim04 stays quarantined
     payload = json.loads(resumed.stdout)
-    assert {row["node"]: row["state"] for row in payload["nodes"]} == {f"sim0{i}": "admitted" for i in (1, 2, 3)}
+    phases = {phase["phase"]: phase for phase in payload["phases"]}
+    assert phases["provision"]["summary"] == "no host to provision", phases["provision"]
+    assert sorted(phases["burnin"]["admitted"]) == ["sim01", "sim02", "sim03"]
+    with StateStore(tmp_path / ".provision" / "sim16") as store:
+        assert store.history("sim04") == held, "the apply moved the node the killed run had quarantined"
     events = [json.loads(line) for line in (Path(payload["run_dir"]) / "events.jsonl").read_text().splitlines()]
     campaign = next(event for event in events if event.get("event") == "burnin.campaign")
     assert campaign["resumed"] is True
@@ -80,6 +90,6 @@ def test_kill_9_mid_burn_in_then_the_next_burn_in_continues_the_campaign(tmp_pat
     assert ran == ["collectives"], "the stages passed before the kill are carried by the campaign, not re-run"
 
     with StateStore(tmp_path / ".provision" / "sim16") as store:
-        burn_ins = [run["status"] for run in store.runs() if run["command"] == "burnin"]
-    assert sorted(burn_ins) == ["interrupted", "succeeded"], burn_ins
+        burn_ins = [(run["command"], run["status"]) for run in store.runs() if run["command"] in ("burnin", "apply")]
+    assert ("burnin", "interrupted") in burn_ins and ("apply", "problems-found") in burn_ins, burn_ins
     assert not processes_of(tmp_path)

@@ -97,3 +97,49 @@ def test_a_stop_as_systemic_keeps_the_nodes_already_failed_on_their_own(tmp_path
     assert (hung.node, hung.passed, hung.check) == ("sim02", False, "watchdog"), hung.reason
     assert "rank 3 (sim02, GPU 1) stopped inside a collective" in hung.reason
     assert not any(replay.pending.values())
+
+
+def test_a_node_left_alone_once_the_hung_node_is_removed_waits_and_is_not_failed(tmp_path: Path) -> None:
+    """Two nodes, one hung: once the hung node is failed on its own (behind everyone), its partner is alone and
+    nobody can measure it: it waits for partners (issue 55); it used to be quarantined, 'never completed'."""
+    recording = load("rank_hang")
+    first = _without(_without(recording["launches"][0], "sim04"), "sim03")
+    recording = {**recording, "launches": [first]}
+    loaded = load_spec(scenario_spec(tmp_path, recording["faults"], "sim[01-02]"))
+    replay = Replay(recording)
+    verdicts = {verdict.node: verdict for verdict in multinode.run_collectives_stage(
+        loaded, loaded.nodes, tmp_path, port=23000, evidence_dir=tmp_path / "workers", launcher=replay)}
+    assert (verdicts["sim02"].failed, verdicts["sim02"].check) == (True, "watchdog"), verdicts["sim02"].reason
+    alone = verdicts["sim01"]
+    assert not alone.passed and not alone.failed and "the only node left" in alone.waiting, alone.as_dict()
+    assert not any(replay.pending.values())
+
+
+def test_two_nodes_whose_wrong_sums_cannot_be_split_both_wait(tmp_path: Path, monkeypatch) -> None:
+    """Two nodes, wrong sums, and group testing with nobody healthy to test either beside (each passes alone):
+    neither is failed on the other's sums, and two nodes do not stop the burn-in as systemic."""
+    from provision.burnin.isolation import Isolation
+
+    recording = load("collective_corruption")
+    corrupting = recording["faults"][0]["node"]
+    other = next(node for node in recording["launches"][0]["nodes"] if node != corrupting)
+    first = recording["launches"][0]
+    for node in list(first["nodes"]):
+        if node not in (corrupting, other):
+            first = _without(first, node)
+    recording = {**recording, "launches": [first]}
+    pair = sorted([corrupting, other])
+    loaded = load_spec(scenario_spec(tmp_path, recording["faults"], ",".join(pair)))
+    searched: list[list[str]] = []
+
+    def isolation(loaded, state_dir, nodes, nproc, **kwargs) -> Isolation:
+        searched.append([node.name for node in nodes])
+        return Isolation(untestable=[node.name for node in nodes], launches=2, rounds=1)
+
+    monkeypatch.setattr(multinode, "isolate_wrong_results", isolation)
+    verdicts = {verdict.node: verdict for verdict in multinode.run_collectives_stage(
+        loaded, loaded.nodes, tmp_path, port=23000, evidence_dir=tmp_path / "workers", launcher=Replay(recording))}
+    assert searched == [pair]
+    for node in pair:
+        assert not verdicts[node].passed and not verdicts[node].failed, verdicts[node].as_dict()
+        assert "could not split" in verdicts[node].waiting

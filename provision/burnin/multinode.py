@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from provision.burnin import rails, world
 from provision.burnin.isolation import Isolation, isolate, lower_bound
 from provision.burnin.launch import Launcher, LaunchResult, NodeRun, launch
-from provision.burnin.verdict import NodeVerdict, judge
+from provision.burnin.verdict import NodeVerdict, judge, waits
 from provision.checks import baseline
 from provision.checks.node_stage import judge_nccl_transport, judge_node_records, on_gpu
 from provision.checks.outcome import CheckResult, Outcome
@@ -566,6 +566,7 @@ class CollectivesStage:
         self.suspects: dict[str, float] = {}
         self.report: list[dict[str, Any]] = []
         self.rail_checks: dict[str, CheckResult] = {}
+        self.waiting: dict[str, str] = {}  # node -> why the stage could not judge it (see NodeVerdict.waiting)
 
     def run(self) -> list[NodeVerdict]:
         try:
@@ -637,6 +638,16 @@ class CollectivesStage:
             "confirmed": isolation.confirmed, "unconfirmed": isolation.unconfirmed,
             "launches": isolation.launches, "rounds": isolation.rounds, "bound": round(bound, 2),
             "log": isolation.log, "unresolved": isolation.unresolved, "untestable": isolation.untestable}})
+        if not isolation.confirmed and len(self.remaining) == 2 and not isolation.known_good:
+            # two nodes whose wrong sums group testing cannot split: neither has a healthy partner to be tested
+            # beside, so neither is judged (nor the burn-in stopped for two nodes): both wait for admitted partners
+            for node in self.remaining:
+                self.waiting[node.name] = (
+                    f"wrong all_reduce sums in a group of two that group testing could not split ({isolation.launches}"
+                    f" launches; passed alone: {', '.join(isolation.untestable) or 'none'}): no healthy partner "
+                    "to test each beside")
+            self.remaining = []
+            return True  # handled: nobody is left to launch
         if not isolation.confirmed:
             raise CollectivesUnresolved(
                 f"collectives returned wrong results ({', '.join(wrong[:3])}) but group testing confirmed no "
@@ -724,6 +735,12 @@ class CollectivesStage:
                 verdicts[-1].measured_on = "gpu" if gpu else "cpu"
                 verdicts[-1].figures = {f"busbw_gbps.{row['op']}.{row['bytes']}": [("world", row["busbw_gbps"])]
                                         for row in finished["busbw"] if row["scope"] == "all"}
+            elif node.name in self.waiting:
+                verdicts.append(waits(node.name, "collectives", self.waiting[node.name]))
+            elif len(self.remaining) < 2 and node in self.remaining:
+                # alone once the nodes that stopped the launch were removed: nobody to measure it beside
+                verdicts.append(waits(node.name, "collectives", "the only node left once the nodes that stopped "
+                                      "the collectives were removed: nobody to measure it beside"))
             else:
                 verdicts.append(judge(admission, node.name, "collectives", [CheckResult(
                     "collectives", Outcome.UNKNOWN, "the collectives never completed after removing the nodes that "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from provision import acceptance, baselines, observe, slurm
@@ -174,6 +175,22 @@ def eligible(store: PlannedStore | StateStore | None, nodes: list[ResolvedNode],
     return taken, skipped
 
 
+@dataclass
+class _Progress:
+    """A campaign's state as its stages run: each node's passes, the verdicts, who failed and who waits."""
+
+    campaign: str
+    #: every node the campaign took: the burn-in's failure budget is a share of them
+    fleet: list[ResolvedNode]
+    passed: dict[str, set[str]]
+    verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)
+    #: node -> why its stage could not judge it (it stays burning-in at that stage)
+    waiting: dict[str, str] = field(default_factory=dict)
+    measured: dict[str, dict[str, list[tuple[str, float]]]] = field(default_factory=dict)
+    demonstrated: str = ""
+
+
 class BurninPhase:
     name = "burnin"
     description = "burn in and admit"
@@ -195,105 +212,153 @@ class BurninPhase:
         if not taken:
             return PhaseReport(self.name, "no node to burn in", {"nodes": [], "skipped": skipped})
         on_slurm = loaded.spec.burnin.launcher == "slurm"
-        partners = partners_for(store, loaded, taken, stages,
-                                idle=(lambda names: slurm.idle_nodes(loaded, names)) if on_slurm else None)
+        idle = (lambda names: slurm.idle_nodes(loaded, names)) if on_slurm else None
+        partners = partners_for(store, loaded, taken, stages, idle=idle)
         window = (slurm.burnin_window(loaded, store, run.id, [node.name for node in taken + partners])
                   if on_slurm else contextlib.nullcontext())
         # one SSH connection per host for every stage of the campaign (observe.shared_sessions)
         with window, observe.shared_sessions(store.state_dir):
-            return self._stages(context, taken, skipped, stages, partners)
+            return self._campaign(context, taken, skipped, stages, partners, idle)
 
-    def _stages(self, context: PhaseContext, taken: list[ResolvedNode], skipped: dict[str, str],
-                stages: Sequence[str], partners: list[ResolvedNode]) -> PhaseReport:
+    def _campaign(self, context: PhaseContext, taken: list[ResolvedNode], skipped: dict[str, str],
+                  stages: Sequence[str], partners: list[ResolvedNode],
+                  idle: Callable[[list[str]], list[str]] | None) -> PhaseReport:
+        """Every stage over the nodes taken; then the nodes a stage could not judge alone (their group too small
+        once the nodes that stopped it were removed) once more, beside the nodes this campaign has just admitted;
+        then the campaign concluded."""
         loaded, store, run = context.loaded, context.store, context.run
         campaign, resumed = store.open_campaign(run.id, stages, loaded.sha256)
         context.campaign = campaign
         run.event("burnin.campaign", campaign=campaign, resumed=resumed, nodes=[node.name for node in taken],
                   partners=[node.name for node in partners])
-        passed = store.passes(campaign)
         returned = returns.returned_nodes(store, [node.name for node in taken])  # before any of them moves
-        measured: dict[str, dict[str, list[tuple[str, float]]]] = {}
-        start = self._entry_points(store, campaign, taken, stages, passed, run.id)
-        verdicts: dict[str, NodeVerdict] = {}
-        failed: set[str] = set()
-        budget = loaded.spec.admission.max_failure_percent.burnin
-        demonstrated = ""
+        progress = _Progress(campaign, taken, store.passes(campaign))
+        start = self._entry_points(store, campaign, taken, stages, progress.passed, run.id)
         for index, stage in enumerate(stages):
-            # re-entering nodes start at the stage they failed, but always pass preflight again
-            due = [node for node in taken if node.name not in failed and stage not in passed.get(node.name, set())
-                   and (start[node.name] <= index or stage == "preflight")]
-            if not due:
-                continue
-            for node in due:
-                store.transition(node.name, NodeState.BURNING_IN, run_id=run.id, stage=stage)
-            run.event("burnin.stage.started", stage=stage, nodes=[node.name for node in due])
-            lacking = {} if stage in WITHOUT_WORKERS else check_runtimes(loaded, due, store.state_dir, stage,
-                                                                     context.forks)
-            ready = [node for node in due if node.name not in lacking]
-            lent = {node.name: node for node in partners} if stage in WITH_PARTNERS and ready else {}
-            try:
-                ran = [*lacking.values(), *(STAGES[stage](context, ready + list(lent.values())) if ready else [])]
-            except StageStopped as stopped:
-                established = [verdict for verdict in stopped.established if verdict.node not in lent]
-                if not established or self._over_budget(established, taken, budget):
-                    raise
-                self._record(context, stage, established)
-                for verdict in established:
-                    run.event("burnin.node", node=verdict.node, stage=stage, passed=False, check=verdict.check,
-                              reason=verdict.reason)
-                    self._quarantine(context, campaign, stage, verdict)
-                raise SystemicFailure(f"{stopped}; the nodes the stage had failed on their own measurements before "
-                                      "it stopped are quarantined: " + ", ".join(
-                                          f"{verdict.node} ({verdict.check})" for verdict in established)) from None
-            stage_verdicts = [verdict for verdict in ran if verdict.node not in lent]
-            if lent:  # what the partners showed is said, and judges nobody
-                run.event("burnin.partners", stage=stage,
-                          partners=[verdict.as_dict() for verdict in ran if verdict.node in lent])
-            self._record(context, stage, stage_verdicts)
-            failing = [verdict for verdict in stage_verdicts if not verdict.passed]
-            if self._over_budget(failing, taken, budget):
-                names = hostlist.compress([verdict.node for verdict in failing])
-                run.event("burnin.systemic", stage=stage, failing=[verdict.node for verdict in failing])
-                raise SystemicFailure(
-                    f"{len(failing)} of {len(taken)} nodes failed {stage} ({names}), more than the "
-                    f"{budget:g}% burn-in failure budget: that looks systemic (thresholds, fabric or spec), so no "
-                    f"node was quarantined for it; first reason: {failing[0].reason}")
-            for verdict in stage_verdicts:
-                verdicts[verdict.node] = verdict
-                measured.setdefault(verdict.node, {}).update(verdict.figures)
-                run.event("burnin.node", node=verdict.node, stage=stage, passed=verdict.passed,
-                          check=None if verdict.passed else verdict.check,
-                          reason=None if verdict.passed else verdict.reason)
-                figures = {"figures": verdict.figures, "measured_on": verdict.measured_on} if verdict.figures else {}
-                if verdict.passed:
-                    store.record_pass(campaign, verdict.node, stage, run.id, {"checks": len(verdict.results),
-                                                                              **figures})
-                    passed.setdefault(verdict.node, set()).add(stage)
-                else:
-                    failed.add(verdict.node)
-                    self._quarantine(context, campaign, stage, verdict, figures)
-            run.event("burnin.stage.finished", stage=stage, failed=[v.node for v in failing])
-            if stage == "soak":
-                demonstrated = self._acceptance(context, stage_verdicts)
+            self._stage(context, progress, stage, index, taken, start, partners)
+        admitted = self._admit(context, progress, taken, stages)
+        if progress.waiting:
+            waiting = [node for node in taken if node.name in progress.waiting]
+            lent = partners_for(store, loaded, waiting, stages, idle=idle)
+            run.event("burnin.waiting", nodes=sorted(progress.waiting), partners=[node.name for node in lent])
+            if lent:  # a second chance in this campaign, beside partners it has just admitted
+                progress.waiting = {}
+                for index, stage in enumerate(stages):
+                    self._stage(context, progress, stage, index, waiting, start, lent)
+                admitted += self._admit(context, progress, waiting, stages)
+        return self._conclude(context, progress, taken, skipped, partners, admitted, returned, resumed)
+
+    def _stage(self, context: PhaseContext, progress: _Progress, stage: str, index: int,
+               nodes: list[ResolvedNode], start: dict[str, int], partners: list[ResolvedNode]) -> None:
+        """One stage over the ``nodes`` due for it: each passes, fails (quarantined) or waits; too many failures
+        stop the burn-in as systemic (:class:`SystemicFailure`)."""
+        loaded, store, run = context.loaded, context.store, context.run
+        # re-entering nodes start at the stage they failed, but always pass preflight again
+        due = [node for node in nodes if node.name not in progress.failed and node.name not in progress.waiting
+               and stage not in progress.passed.get(node.name, set())
+               and (start[node.name] <= index or stage == "preflight")]
+        if not due:
+            return
+        for node in due:
+            store.transition(node.name, NodeState.BURNING_IN, run_id=run.id, stage=stage)
+        run.event("burnin.stage.started", stage=stage, nodes=[node.name for node in due])
+        lacking = {} if stage in WITHOUT_WORKERS else check_runtimes(loaded, due, store.state_dir, stage,
+                                                                 context.forks)
+        ready = [node for node in due if node.name not in lacking]
+        lent = {node.name: node for node in partners} if stage in WITH_PARTNERS and ready else {}
+        budget = loaded.spec.admission.max_failure_percent.burnin
+        try:
+            ran = [*lacking.values(), *(STAGES[stage](context, ready + list(lent.values())) if ready else [])]
+        except StageStopped as stopped:
+            established = [verdict for verdict in stopped.established if verdict.node not in lent]
+            if not established or self._over_budget(established, progress.fleet, budget):
+                raise
+            self._record(context, stage, established)
+            for verdict in established:
+                run.event("burnin.node", node=verdict.node, stage=stage, passed=False, check=verdict.check,
+                          reason=verdict.reason)
+                self._quarantine(context, progress.campaign, stage, verdict)
+            raise SystemicFailure(f"{stopped}; the nodes the stage had failed on their own measurements before "
+                                  "it stopped are quarantined: " + ", ".join(
+                                      f"{verdict.node} ({verdict.check})" for verdict in established)) from None
+        stage_verdicts = [verdict for verdict in ran if verdict.node not in lent]
+        if lent:  # what the partners showed is said, and judges nobody
+            run.event("burnin.partners", stage=stage,
+                      partners=[verdict.as_dict() for verdict in ran if verdict.node in lent])
+        self._record(context, stage, stage_verdicts)
+        failing = [verdict for verdict in stage_verdicts if verdict.failed]
+        if self._over_budget(failing, progress.fleet, budget):
+            names = hostlist.compress([verdict.node for verdict in failing])
+            run.event("burnin.systemic", stage=stage, failing=[verdict.node for verdict in failing])
+            raise SystemicFailure(
+                f"{len(failing)} of {len(progress.fleet)} nodes failed {stage} ({names}), more than the "
+                f"{budget:g}% burn-in failure budget: that looks systemic (thresholds, fabric or spec), so no "
+                f"node was quarantined for it; first reason: {failing[0].reason}")
+        for verdict in stage_verdicts:
+            self._conclude_node(context, progress, stage, verdict)
+        run.event("burnin.stage.finished", stage=stage, failed=[v.node for v in failing],
+                  waiting=[v.node for v in stage_verdicts if v.waiting])
+        if stage == "soak":
+            progress.demonstrated = self._acceptance(context, stage_verdicts)
+
+    def _conclude_node(self, context: PhaseContext, progress: _Progress, stage: str, verdict: NodeVerdict) -> None:
+        """One node's verdict of one stage: a pass kept in the campaign, a failure quarantined, a node the stage
+        could not judge left in burning-in at that stage with the reason it waits."""
+        store, run = context.store, context.run
+        progress.verdicts[verdict.node] = verdict
+        progress.measured.setdefault(verdict.node, {}).update(verdict.figures)
+        run.event("burnin.node", node=verdict.node, stage=stage, passed=verdict.passed,
+                  check=None if verdict.passed else verdict.check,
+                  reason=None if verdict.passed else verdict.reason, waiting=verdict.waiting or None)
+        figures = {"figures": verdict.figures, "measured_on": verdict.measured_on} if verdict.figures else {}
+        if verdict.passed:
+            store.record_pass(progress.campaign, verdict.node, stage, run.id, {"checks": len(verdict.results),
+                                                                                **figures})
+            progress.passed.setdefault(verdict.node, set()).add(stage)
+        elif verdict.waiting:
+            progress.waiting[verdict.node] = verdict.reason
+            store.transition(verdict.node, NodeState.BURNING_IN, run_id=run.id, stage=stage, reason=verdict.reason)
+        else:
+            progress.failed.add(verdict.node)
+            self._quarantine(context, progress.campaign, stage, verdict, figures)
+
+    @staticmethod
+    def _admit(context: PhaseContext, progress: _Progress, nodes: list[ResolvedNode],
+               stages: Sequence[str]) -> list[str]:
+        """The ``nodes`` that passed every stage of the campaign, admitted."""
         admitted = []
-        for node in taken:
-            if node.name not in failed and set(stages) <= passed.get(node.name, set()):
-                store.transition(node.name, NodeState.ADMITTED, run_id=run.id, stage=None,
-                                 evidence={"campaign": campaign, "stages": stages})
+        for node in nodes:
+            if (node.name not in progress.failed and node.name not in progress.waiting
+                    and set(stages) <= progress.passed.get(node.name, set())):
+                context.store.transition(node.name, NodeState.ADMITTED, run_id=context.run.id, stage=None,
+                                         evidence={"campaign": progress.campaign, "stages": list(stages)})
                 admitted.append(node.name)
+        return admitted
+
+    def _conclude(self, context: PhaseContext, progress: _Progress, taken: list[ResolvedNode],
+                  skipped: dict[str, str], partners: list[ResolvedNode], admitted: list[str],
+                  returned: dict[str, Any], resumed: bool) -> PhaseReport:
+        """The campaign's end: its admitted nodes' figures kept in the baseline, the campaign closed, the summary."""
+        loaded, store, run = context.loaded, context.store, context.run
+        campaign, failed, verdicts = progress.campaign, progress.failed, progress.verdicts
         kept = baselines.keep_campaign(store, loaded, campaign, admitted)
         store.finish_campaign(campaign)
         summary = f"{len(admitted)} admitted"
         if failed:
             summary += f"; {len(failed)} quarantined: " + "; ".join(
                 f"{name}: {verdicts[name].reason}" for name in sorted(failed))
+        if progress.waiting:
+            summary += (f"; {len(progress.waiting)} not judged, waiting in burning-in for admitted partners "
+                        "(the next apply takes them): " + "; ".join(
+                            f"{name}: {why}" for name, why in sorted(progress.waiting.items())))
         in_spec = [record for record in store.nodes() if record.in_spec]
         enough = capacity(len(in_spec), sum(1 for record in in_spec if record.state is NodeState.ADMITTED),
                           loaded.spec.admission.spare_fraction)
         summary += f"; {enough.line()}"
-        if demonstrated:
-            summary += f"; {demonstrated}"
-        stories = [returns.story(name, found, store, measured.get(name, {})) for name, found in returned.items()]
+        if progress.demonstrated:
+            summary += f"; {progress.demonstrated}"
+        stories = [returns.story(name, found, store, progress.measured.get(name, {}))
+                   for name, found in returned.items()]
         if stories:
             summary += "; back from repair: " + ", ".join(f"{entry['node']} {entry['after']}" for entry in stories)
         cables = store.cables_found(run.id)
@@ -302,9 +367,10 @@ class BurninPhase:
                         f"{', '.join(cables)} — see `provision topology flaps`")
         return PhaseReport(self.name, summary, {"nodes": [node.name for node in taken],
                                                 "admitted": admitted, "quarantined": sorted(failed),
+                                                "waiting": dict(sorted(progress.waiting.items())),
                                                 "skipped": skipped, "campaign": campaign, "resumed": resumed,
                                                 "fabric_findings": cables, "capacity": enough.as_dict(),
-                                                "acceptance": demonstrated, "baseline_samples_kept": kept,
+                                                "acceptance": progress.demonstrated, "baseline_samples_kept": kept,
                                                 "returned": stories,
                                                 "partners": [node.name for node in partners]})
 
@@ -324,12 +390,15 @@ class BurninPhase:
 
     def _entry_points(self, store: StateStore, campaign: str, taken: list[ResolvedNode], stages: Sequence[str],
                       passed: dict[str, set[str]], run_id: str) -> dict[str, int]:
-        """Index of the first stage each node runs; quarantined nodes re-enter at the stage they failed."""
+        """Index of the first stage each node runs: quarantined nodes re-enter at the stage they failed, and nodes
+        an earlier campaign could not judge (burning-in with the reason they wait) at the stage they wait in."""
         start = {}
         for node in taken:
             record = store.node(node.name)
             start[node.name] = 0
-            if record is not None and record.state is NodeState.QUARANTINED and record.stage in stages:
+            reentering = record is not None and (record.state is NodeState.QUARANTINED or (
+                record.state is NodeState.BURNING_IN and bool(record.reason)))
+            if record is not None and reentering and record.stage in stages:
                 start[node.name] = stages.index(record.stage)
                 carried = {stage for stage in stages[:start[node.name]] if stage != "preflight"}
                 for stage in carried - passed.get(node.name, set()):

@@ -19,10 +19,19 @@ class NodeVerdict:
     figures: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     #: Where the figures were measured: "gpu", "cpu" (a CPU build of torch: the simulator, CI), or "" (none).
     measured_on: str = ""
+    #: Why the stage could not judge the node on its own measurements (its group became too small once the nodes
+    #: that stopped it were removed, or group testing had no healthy partner to split it from): neither passed nor
+    #: failed, it waits in burning-in for partners (issue 55). Empty: the stage judged it.
+    waiting: str = ""
 
     @property
     def passed(self) -> bool:
-        return not self.blockers
+        return not self.blockers and not self.waiting
+
+    @property
+    def failed(self) -> bool:
+        """Failed on its own measurements: what quarantines a node (a waiting node has not been judged)."""
+        return bool(self.blockers) and not self.waiting
 
     @property
     def check(self) -> str:
@@ -30,6 +39,8 @@ class NodeVerdict:
 
     @property
     def reason(self) -> str:
+        if self.waiting:
+            return f"{self.stage}: waits for partners: {self.waiting}"
         if not self.blockers:
             return ""
         first = self.blockers[0]
@@ -42,8 +53,13 @@ class NodeVerdict:
 
     def as_dict(self) -> dict[str, Any]:
         return {"node": self.node, "stage": self.stage, "passed": self.passed, "check": self.check,
-                "reason": self.reason, "remediation": self.remediation,
+                "reason": self.reason, "remediation": self.remediation, "waiting": self.waiting,
                 "results": [result.as_dict() for result in self.results]}
+
+
+def waits(node: str, stage: str, why: str) -> NodeVerdict:
+    """A node the stage could not judge on its own measurements (see :attr:`NodeVerdict.waiting`)."""
+    return NodeVerdict(node, stage, waiting=why)
 
 
 def judge(admission: Admission, node: str, stage: str, results: list[CheckResult]) -> NodeVerdict:

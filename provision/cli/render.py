@@ -32,6 +32,15 @@ def print_status(cluster: str, store: StateStore, spare_fraction: float | None =
         for record in held:
             reasons.add_row(record.name, record.stage or "", record.reason, record.updated_at)
         out.print(reasons)
+    waiting = [record for record in records if record.in_spec and record.state is NodeState.BURNING_IN
+               and record.reason]
+    if waiting:  # a stage could not judge them alone: not failed, not admitted (the next apply takes them)
+        table = Table(title="waiting for burn-in partners", title_justify="left")
+        for column in ("node", "stage", "why", "since"):
+            table.add_column(column)
+        for record in waiting:
+            table.add_row(record.name, record.stage or "", record.reason, record.updated_at)
+        out.print(table)
     if spare_fraction is not None:
         in_spec = [record for record in records if record.in_spec]
         admitted = sum(1 for record in in_spec if record.state is NodeState.ADMITTED)
