@@ -46,12 +46,29 @@ def test_a_failure_names_its_gpu_with_dcgms_text_and_error_id() -> None:
         "dcgm_memory_bandwidth"}
 
 
-def test_a_skipped_test_is_unknown_unless_the_spec_allows_it() -> None:
-    strict = _judged("dcgm_diag_r3/targeted_power_short_on_one_gpu", level=3, gpus=8)
-    assert strict["dcgm_eud"].outcome is Outcome.UNKNOWN
-    assert "skipped eud on GPU 0, GPU 1" in strict["dcgm_eud"].message and "not a pass" in strict["dcgm_eud"].message
+def test_a_skipped_optional_test_is_silenced_and_a_skipped_required_one_is_unknown() -> None:
+    """Issue 51: DCGM skips EUD where its package is not installed; EUD is optional (judged when it runs, never
+    required), so the skip keeps no healthy node out. A test of the run level that DCGM skipped stays unknown."""
+    optional = _judged("dcgm_diag_r3/targeted_power_short_on_one_gpu", level=3, gpus=8)
+    assert optional["dcgm_eud"].outcome is Outcome.SILENCED
+    assert "optional test" in optional["dcgm_eud"].message and "not a reason to keep the node out" in \
+        optional["dcgm_eud"].message
     allowed = _judged("dcgm_diag_r3/targeted_power_short_on_one_gpu", level=3, gpus=8, allowed_skips={"eud"})
-    assert allowed["dcgm_eud"].outcome is Outcome.SILENCED
+    assert allowed["dcgm_eud"].outcome is Outcome.SILENCED and "the spec allows it" in allowed["dcgm_eud"].message
+    required = _judged("dcgm_diag_r2/memory_skipped_on_one_gpu", level=2, gpus=2)
+    assert required["dcgm_memory"].outcome is Outcome.UNKNOWN
+    assert "skipped memory on GPU 1: a skipped test is not a pass" in required["dcgm_memory"].message
+    assert required["dcgm_pcie"].outcome is Outcome.OK
+
+
+def test_what_dcgm_said_of_a_passing_test_is_kept_with_it() -> None:
+    """Issue 51: a 4.x test_summary's info and each GPU's info (how it passed) are the check's evidence."""
+    judged = _judged("dcgm_diag_r2/pass_with_summary_info", level=2, gpus=2)
+    memory = judged["dcgm_memory"]
+    assert memory.outcome is Outcome.OK
+    assert "summary: SRAM threshold check skipped: not supported on this GPU" in memory.evidence
+    assert "GPU 0: Allocated 80561586175 bytes (98.4%)" in memory.evidence
+    assert "GPU 1: GPU to Host bandwidth:\t\t53.07 GB/s" in judged["dcgm_pcie"].evidence
 
 
 def test_a_test_failed_in_its_summary_alone_fails() -> None:

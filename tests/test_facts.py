@@ -94,3 +94,5 @@ def test_check(path: Path) -> None:
     result = results[path.parent.name]
     assert result.outcome is Outcome(case["outcome"]), result
     assert case["message"] in result.message, result.message
+    for line in case.get("evidence", []):  # what the result must also say (a partial listing's other findings)
+        assert any(line in said for said in result.evidence), (line, result.evidence)

@@ -424,10 +424,10 @@ def observe_nvlink_errors_growing(host: SimHost) -> None:
     from provision.facts.nvidia_smi import parse_nvlink_errors
 
     _install_driver(host)
-    first = {gpu.index: gpu for gpu in parse_nvlink_errors(host.run("nvidia-smi", "nvlink", "-e").stdout)}
+    first = {gpu.index: gpu for gpu in parse_nvlink_errors(host.run("nvidia-smi", "nvlink", "-e").stdout).gpus}
     assert first[5].links[3]["CRC Errors"] >= 3600 and first[5].links[3]["Replay Errors"] > 0
     assert all(gpu.total(link) == 0 for index, gpu in first.items() for link in gpu.links if (index, link) != (5, 3))
-    again = {gpu.index: gpu for gpu in parse_nvlink_errors(host.run("nvidia-smi", "nvlink", "-e").stdout)}
+    again = {gpu.index: gpu for gpu in parse_nvlink_errors(host.run("nvidia-smi", "nvlink", "-e").stdout).gpus}
     assert again[5].links[3]["CRC Errors"] >= first[5].links[3]["CRC Errors"]  # it only grows
 
 

@@ -3,17 +3,20 @@
 A test passes only on DCGM's own word for every GPU of the node. What DCGM did not say is not a pass: a test
 the run level includes but the report lacks, a GPU a per-GPU test left out, a test it skipped (unless the spec
 names it as allowed to skip: the EUD plugins ship in a separate package), a run that could not start, a report we
-cannot read. Those are ``unknown``. A failure names the GPU and carries DCGM's text and error id as evidence; a
-test whose summary fails while every GPU passed (an error DCGM tied to no GPU, e.g. PCIe replays) fails too.
+cannot read. Those are ``unknown``; but a skip of an optional test (EUD, CPU EUD, nvbandwidth: judged when they
+run, never required) is silenced with DCGM's reason, since a node that lacks the EUD package is not a bad node.
+What DCGM said of a passing test (its ``info``, a threshold it skipped) is kept as the check's evidence. A failure
+names the GPU and carries DCGM's text and error id as evidence; a test whose summary fails while every GPU passed
+(an error DCGM tied to no GPU, e.g. PCIe replays) fails too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.catalog import dcgm_tests
+from provision.catalog import DCGM_OPTIONAL_TESTS, dcgm_tests
 from provision.checks.outcome import CheckResult, Outcome
-from provision.facts.dcgm import DiagMessage, DiagReport, DiagTest
+from provision.facts.dcgm import DiagMessage, DiagReport, DiagResult, DiagTest
 
 #: Exit statuses of ``dcgmi diag`` that come with a complete report: 0 (nothing counted as failed), 226 (a
 #: failure: DCGM_ST_NVVS_ERROR) and 205 (a failure of the isolate class: DCGM_ST_NVVS_ISOLATE_ERROR).
@@ -83,13 +86,21 @@ def _judge(plugin: str, tests: list[DiagTest], expect: DiagExpectations) -> Chec
         return CheckResult(check, Outcome.FAILED, f"DCGM {plugin}: {failures[0]}{more}", REMEDIATION, failures)
     results = [result for test in tests for result in test.results]
     skipped = [result for result in results if result.status == "Skip"]
+    said = _what_dcgm_said(tests)
     if skipped or any(test.summary == "Skip" for test in tests):
-        if plugin in expect.allowed_skips:
-            return CheckResult(check, Outcome.SILENCED, f"DCGM skipped {plugin}; the spec allows it to skip")
         named = sorted({result.entity for result in skipped if result.entity})
+        because = f"; DCGM said: {_reason(tests, skipped)}" if _reason(tests, skipped) else ""
+        if plugin in expect.allowed_skips:
+            return CheckResult(check, Outcome.SILENCED, f"DCGM skipped {plugin}; the spec allows it to skip{because}",
+                               evidence=said)
+        if plugin in DCGM_OPTIONAL_TESTS:
+            return CheckResult(check, Outcome.SILENCED,
+                               f"DCGM skipped {plugin}, an optional test (judged when it runs, never required): "
+                               f"not a reason to keep the node out{because}", evidence=said)
         return CheckResult(check, Outcome.UNKNOWN,
                            f"DCGM skipped {plugin}{' on ' + ', '.join(named) if named else ''}: a skipped test is "
-                           "not a pass", "name it in the spec's allowed skips if this node cannot run it")
+                           f"not a pass{because}", "name it in the spec's allowed skips if this node cannot run it",
+                           said)
     if not results:
         return CheckResult(check, Outcome.UNKNOWN, f"DCGM reported {plugin} without a result")
     if plugin not in PER_NODE:
@@ -100,7 +111,37 @@ def _judge(plugin: str, tests: list[DiagTest], expect: DiagExpectations) -> Chec
                                f"DCGM's {plugin} gave no result for GPU {', '.join(map(str, missing))} "
                                f"of {expect.gpus}", "a GPU DCGM did not test is not a GPU that passed")
     gpus = len({result.gpu for result in results if result.gpu is not None})
-    return CheckResult(check, Outcome.OK, f"DCGM {plugin} passed" + (f" on {gpus} GPU(s)" if gpus else ""))
+    return CheckResult(check, Outcome.OK, f"DCGM {plugin} passed" + (f" on {gpus} GPU(s)" if gpus else ""),
+                       evidence=said)
+
+
+#: At most this many of DCGM's own lines are kept with a check (a 4.x report repeats each GPU's figures).
+SAID_LINES = 48
+
+
+def _what_dcgm_said(tests: list[DiagTest]) -> list[str]:
+    """DCGM's info and warnings for a test, kept with its verdict (a pass says how it passed: the power reached,
+    a threshold DCGM skipped), each once, the GPU named."""
+    lines: list[str] = []
+    for test in tests:
+        lines += [f"summary: {line}" for line in test.summary_info]
+        lines += [f"summary: {_said(message)}" for message in test.summary_messages]
+        for result in test.results:
+            where = f"{result.entity}: " if result.entity else ""
+            lines += [f"{where}{line}" for line in result.info]
+            lines += [f"{where}{_said(message)}" for message in result.messages]
+    return list(dict.fromkeys(lines))[:SAID_LINES]
+
+
+def _reason(tests: list[DiagTest], skipped: list[DiagResult]) -> str:
+    """Why DCGM skipped a test, in its words: the skipped results' messages and info, else the summary's."""
+    for lines in ([_said(message) for result in skipped for message in result.messages]
+                  + [line for result in skipped for line in result.info],
+                  [_said(message) for test in tests for message in test.summary_messages]
+                  + [line for test in tests for line in test.summary_info]):
+        if lines:
+            return "; ".join(dict.fromkeys(lines))[:300]
+    return ""
 
 
 def _said(message: DiagMessage) -> str:

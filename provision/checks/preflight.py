@@ -541,21 +541,37 @@ def check_ib_ports(gathered: Gathered, expect: Expectations) -> list[CheckResult
                     "clean and reseat the transceivers; replace the cable if the port stays down or slow")]
 
 
+def _omitted(listed: list[int], expect: Expectations) -> list[int]:
+    """The spec's GPU indices a per-GPU listing does not name (a cut output, or a GPU the driver lost)."""
+    return [index for index in range(expect.gpu_count) if index not in set(listed)]
+
+
 def check_nvlink(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """Each GPU the listing names is judged on its own links; a GPU of the spec the listing omits is unknown, said
+    in the same result's evidence (a partial listing that shows dead links fails the node for those, and does not
+    hide them behind the GPU it left out)."""
     if not expect.nvlink_links:
         return [CheckResult("nvlink", Outcome.SILENCED, "no NVLink in the spec")]
-    failures = []
     listed = _parse(gathered, nvidia_smi.NVLINK)
-    if len(listed) < expect.gpu_count:  # an NVLink system lists every GPU: fewer is a cut or unknown output
-        raise Unknown(f"nvidia-smi nvlink -s listed {len(listed)} of {expect.gpu_count} GPUs")
+    failures = []
     for gpu in listed:
         if gpu.all_inactive:
             failures.append(f"GPU {gpu.index}: all NVLinks inactive")
         elif gpu.inactive_links or len(gpu.links) < expect.nvlink_links:
+            inactive = f" (inactive: link {', '.join(map(str, gpu.inactive_links))})" if gpu.inactive_links else ""
             failures.append(f"GPU {gpu.index}: {len(gpu.links) - len(gpu.inactive_links)} of "
-                            f"{expect.nvlink_links} NVLinks active")
-    return [_result("nvlink", failures, f"{expect.nvlink_links} NVLinks up on every GPU",
-                    "check nvidia-fabricmanager; reseat the baseboard if links stay down")]
+                            f"{expect.nvlink_links} NVLinks active{inactive}")
+    omitted = _omitted([gpu.index for gpu in listed], expect)
+    unknown = [f"GPU {index}: not in nvidia-smi nvlink -s (unknown)" for index in omitted]
+    remediation = "check nvidia-fabricmanager; reseat the baseboard if links stay down"
+    if failures:
+        return [_result("nvlink", failures, "", remediation, evidence=failures + unknown)]
+    if omitted:  # every GPU it named is healthy: what it left out is not known to be
+        return [CheckResult("nvlink", Outcome.UNKNOWN, f"nvidia-smi nvlink -s listed {len(listed)} of "
+                            f"{expect.gpu_count} GPUs; those it named have {expect.nvlink_links} NVLinks up",
+                            "read nvidia-smi nvlink -s by hand; a GPU missing from it may have fallen off the bus",
+                            unknown)]
+    return [CheckResult("nvlink", Outcome.OK, f"{expect.nvlink_links} NVLinks up on every GPU")]
 
 
 #: Imbue's cluster-health reports a link at this many errors (as a silenced warning: "doesn't seem to impact
@@ -564,19 +580,33 @@ NVLINK_ERRORS_NOTED = 5
 
 
 def check_nvlink_errors(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """Each link's counters against ``thresholds.nvlink_errors``; a GPU of the spec the listing omits, a GPU with
+    counters for fewer links than the spec's, and lines not recognised are said in the result: unknown where they
+    are all there is to say, in the evidence of a failure otherwise."""
     if not expect.nvlink_links:
         return [CheckResult("nvlink_errors", Outcome.SILENCED, "no NVLink in the spec")]
-    listed = _parse(gathered, nvidia_smi.NVLINK_ERRORS)
-    if len(listed) < expect.gpu_count:
-        raise Unknown(f"nvidia-smi nvlink -e listed {len(listed)} of {expect.gpu_count} GPUs")
+    read = _parse(gathered, nvidia_smi.NVLINK_ERRORS)
+    listed = read.gpus
     limit = expect.thresholds["nvlink_errors"]
     counted = [(gpu, link, gpu.total(link)) for gpu in listed for link in sorted(gpu.links)]
     over = [f"GPU {gpu.index} link {link}: {total} errors since the driver loaded ("
             + ", ".join(f"{count} {name.removesuffix(' Errors').lower()}" for name, count in gpu.links[link].items()
                         if count) + f"; limit {limit:g})" for gpu, link, total in counted if total > limit]
+    unknown = [f"GPU {index}: not in nvidia-smi nvlink -e (unknown)"
+               for index in _omitted([gpu.index for gpu in listed], expect)]
+    unknown += [f"GPU {gpu.index}: counters for {len(gpu.links)} of {expect.nvlink_links} links (the others unknown)"
+                for gpu in listed if len(gpu.links) < expect.nvlink_links]
+    if read.unrecognised:
+        unknown.append(f"{read.unrecognised} line(s) not recognised, e.g. {read.samples[0]!r}")
+    remediation = ("reset the GPU and re-test; reseat the baseboard or RMA if the count grows again "
+                   "(nvidia-smi nvlink -e)")
     if over:
-        return [_result("nvlink_errors", over, "", "reset the GPU and re-test; reseat the baseboard or RMA if the "
-                        "count grows again (nvidia-smi nvlink -e)")]
+        return [_result("nvlink_errors", over, "", remediation, evidence=over + unknown)]
+    if unknown:
+        return [CheckResult("nvlink_errors", Outcome.UNKNOWN, f"{unknown[0]}"
+                            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+                            + "; the counters read are within the limit", "read nvidia-smi nvlink -e by hand",
+                            unknown)]
     noted = [f"GPU {gpu.index} link {link}: {total} errors" for gpu, link, total in counted
              if total >= NVLINK_ERRORS_NOTED]
     return [_result("nvlink_errors", noted, f"NVLink error counters within {limit:g} per link on every GPU",

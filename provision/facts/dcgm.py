@@ -67,6 +67,7 @@ class DiagTest:
     summary: str | None  # 4.x test_summary.status (None in 3.x, or where DCGM wrote none)
     summary_messages: tuple[DiagMessage, ...]
     results: tuple[DiagResult, ...]
+    summary_info: tuple[str, ...] = ()  # 4.x test_summary.info: what DCGM said of the test as a whole
 
 
 @dataclass(frozen=True)
@@ -109,13 +110,21 @@ def _test(test: dict[str, Any], category: str) -> DiagTest:
     summary = test.get("test_summary")
     summary_status: str | None = None
     summary_messages: tuple[DiagMessage, ...] = ()
+    summary_info: tuple[str, ...] = ()
     if summary is not None:
         summary = _object(summary, f"{name}: test_summary")
         summary_status = _status(summary.get("status"), f"{name}: test_summary")
         summary_messages = _messages(summary.get("warnings"), None)
+        summary_info = _info(summary.get("info"), f"{name}: test_summary")
     results = tuple(_result(_object(result, f"{name}: results[]"), name)
                     for result in _list(test.get("results", []), f"{name}: results") if result is not None)
-    return DiagTest(name, plugin, category, summary_status, summary_messages, results)
+    return DiagTest(name, plugin, category, summary_status, summary_messages, results, summary_info)
+
+
+def _info(info: Any, where: str) -> tuple[str, ...]:
+    """An ``info`` entry: one string (3.x) or a list of them (4.x)."""
+    return () if info is None else (info,) if isinstance(info, str) else \
+        tuple(str(line) for line in _list(info, f"{where}: info"))
 
 
 def _result(result: dict[str, Any], test: str) -> DiagResult:
@@ -130,9 +139,7 @@ def _result(result: dict[str, Any], test: str) -> DiagResult:
         named = result.get("gpu_id", result.get("gpu_ids"))
         gpu = None if named is None or str(named).strip() == "" else int(str(named).split(",")[0])
         entity = "" if gpu is None else f"GPU {gpu}"
-    info = result.get("info")
-    lines = () if info is None else (info,) if isinstance(info, str) else \
-        tuple(str(line) for line in _list(info, f"{test}: info"))
+    lines = _info(result.get("info"), test)
     return DiagResult(entity, gpu, _status(result.get("status"), test), _messages(result.get("warnings"), result),
                       lines)
 

@@ -155,25 +155,40 @@ class NvlinkErrorsGpu:
 _LINK_COUNTER = re.compile(r"^Link (\d+): ([A-Za-z][A-Za-z ]*?): (\d+)$")
 
 
-def parse_nvlink_errors(text: str) -> list[NvlinkErrorsGpu]:
+@dataclass
+class NvlinkErrors:
+    """``nvidia-smi nvlink -e`` read: the GPUs with their counters, and the lines that were neither a GPU, a
+    counter nor blank (counted, a few kept): an elided or foreign listing is never read as a clean one."""
+
+    gpus: list[NvlinkErrorsGpu] = field(default_factory=list)
+    unrecognised: int = 0
+    samples: list[str] = field(default_factory=list)
+
+
+def parse_nvlink_errors(text: str) -> NvlinkErrors:
     """``nvidia-smi nvlink -e``: per GPU, per link, each counter the driver prints (Replay, Recovery and CRC
     Errors up to Hopper; other names on newer GPUs are kept as printed). Counts are since the driver loaded. A
-    ``Link N: ...`` line that is not a counter, or a count before any GPU, is refused."""
-    gpus: list[NvlinkErrorsGpu] = []
+    ``Link N: ...`` line that is not a counter, or a count before any GPU, is refused; any other line is counted
+    as not recognised."""
+    read = NvlinkErrors()
     for raw in text.replace("\r\n", "\n").split("\n"):
         line = raw.strip()
         if not line or line.startswith("==="):
             continue
         head = re.match(r"^GPU (\d+): (.*) \(UUID: (GPU-[0-9a-fA-F-]+)\)$", line)
         if head:
-            gpus.append(NvlinkErrorsGpu(int(head.group(1)), head.group(2), head.group(3)))
+            read.gpus.append(NvlinkErrorsGpu(int(head.group(1)), head.group(2), head.group(3)))
             continue
         counter = _LINK_COUNTER.match(line)
-        if counter and gpus:
-            gpus[-1].links.setdefault(int(counter.group(1)), {})[counter.group(2)] = int(counter.group(3))
+        if counter and read.gpus:
+            read.gpus[-1].links.setdefault(int(counter.group(1)), {})[counter.group(2)] = int(counter.group(3))
         elif line.startswith("Link ") or counter:
             raise ValueError(f"not an NVLink error counter: {line[:120]!r}")
-    return gpus
+        else:
+            read.unrecognised += 1
+            if len(read.samples) < 3:
+                read.samples.append(line[:120])
+    return read
 
 
 #: ``nvidia-smi topo -m``'s PCIe relations, nearest first (NV# is NVLink, X the device itself).
