@@ -159,6 +159,8 @@ def read_file(path: Path) -> tuple[str, list[BaselineSample]]:
         raise BaselineFileError(f"{path}: cannot read it ({error.strerror})") from None
     except json.JSONDecodeError as error:
         raise BaselineFileError(f"{path}:{error.lineno}:{error.colno}: not JSON ({error.msg})") from None
+    except UnicodeDecodeError as error:  # a binary file: JSON is text
+        raise BaselineFileError(f"{path}: not a baseline file (byte {error.start} is not UTF-8 text)") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise BaselineFileError(f"{path}: not a baseline file (\"format\" is not {FORMAT!r})")
     version = document.get("version")

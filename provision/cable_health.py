@@ -17,11 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provision.errors import Refusal
+from provision import evidence
+from provision.evidence import EvidenceError
 from provision.fabric_routes import routing_for
 from provision.fabric_view import FabricView
 from provision.facts.ibportstate import final_state
-from provision.ib_fabric import design_endpoint, parse_observed
+from provision.ib_fabric import design_endpoint, read_observed
 from provision.observe import HostSession, ReadFailed, open_session
 from provision.spec.model import LinkHealth
 from provision.state.store import StateStore
@@ -42,10 +43,6 @@ from topology.smroutes import TableRouter
 
 LADDER = ("reseat", "clean", "replace transceiver", "replace cable")
 _IB = re.compile(r"ib(\d+)$")
-
-
-class EvidenceError(Refusal, ValueError):
-    """An evidence file that cannot be used at all (as opposed to lines inside it that cannot)."""
 
 
 @dataclass
@@ -69,6 +66,7 @@ class Report:
     unmatched: list[linkhealth.Unmatched]
     tomography: dict[str, Any] | None
     history: dict[str, dict[str, Any]]
+    readings: list[evidence.Reading]  # how much of each evidence file was understood
     window_hours: float
     guids: dict[str, str]  # switch name -> 0x GUID, from the dump (empty without one)
 
@@ -124,10 +122,7 @@ def cable_key(cable: Cable) -> str:
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError as error:
-        raise EvidenceError(f"{path}: {error.strerror or error}") from None
+    return evidence.read_text(path)
 
 
 def read_snapshot(directory: Path, names: dict[str, str]) -> tuple[float, dict[Port, dict[str, int]]]:
@@ -153,6 +148,9 @@ def read_snapshot(directory: Path, names: dict[str, str]) -> tuple[float, dict[P
             raise EvidenceError(f"{path}: {error}") from None
         for block in blocks:
             readings[node, block.port] = block.values
+    if not readings:
+        raise EvidenceError(f"{directory}: no perfquery counters in its *.out files (a snapshot is one "
+                            "`perfquery -x` output per node beside its captured_at)")
     return captured.timestamp(), readings
 
 
@@ -218,37 +216,58 @@ def add_port_states(evidence: linkhealth.Evidence, view: FabricView, discovery: 
     linkhealth.add_discovery(evidence, fabric, path.stat().st_mtime, down, slow)
 
 
-def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[str, Any], dict[str, str]]:
-    """The evidence, what each input contributed, and switch name -> GUID from the dump (for the disable list)."""
-    evidence = linkhealth.Evidence()
+#: What each evidence option must hold, as the refusal of a file that holds none of it says.
+UFM_EVENT_LOG = "UFM event.log lines ('2026-11-28 01:02:03.456 [id] [code] LEVEL [topic] ...')"
+SYSLOG = "syslog lines ('Nov 28 01:02:03 host ...' or an ISO 8601 time, then the host)"
+
+
+def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[str, Any], dict[str, str],
+                                                      list[evidence.Reading]]:
+    """The evidence, what each input contributed, switch name -> GUID from the dump (for the disable list), and
+    how much of each file was understood (a file of which nothing was is refused: :mod:`provision.evidence`)."""
+    found = linkhealth.Evidence()
     ingestion: dict[str, Any] = {}
     fabric = view.fabric
     zone = view.link_health.ufm_timezone
     names: dict[str, str] = {}
     guids: dict[str, str] = {}
+    readings: list[evidence.Reading] = []
     if inputs.observed is not None:  # first: its switches' port counts say how UFM's labels read
-        discovery = parse_observed(_read(inputs.observed), inputs.observed)
+        discovery, read = read_observed(inputs.observed)
+        readings.append(read)
         names, guids = guid_names(discovery)
         add_port_counts(fabric, discovery)
-        add_port_states(evidence, view, discovery, inputs.observed)
+        add_port_states(found, view, discovery, inputs.observed)
     for path in inputs.events:
-        log = ufm_events.parse_event_log(_read(path), zone)
-        linkhealth.add_event_log(evidence, fabric, log)
+        text = _read(path)
+        log = ufm_events.parse_event_log(text, zone)
+        readings.append(evidence.reading(path, UFM_EVENT_LOG, text, understood=log.lines - log.malformed,
+                                         lines=log.lines, samples=log.malformed_samples, log=True))
+        linkhealth.add_event_log(found, fabric, log)
         ingestion[str(path)] = log.summary()
     year = inputs.year or datetime.now(UTC).year
-    carrier_logs = {path: carrier.parse_syslog(_read(path), year=year) for path in inputs.syslogs}
+    carrier_logs = {}
+    for path in inputs.syslogs:
+        text = _read(path)
+        lines, in_form, others = carrier.syslog_lines(text)
+        readings.append(evidence.reading(path, SYSLOG, text, understood=in_form, lines=lines, samples=others,
+                                         log=True))
+        carrier_logs[path] = carrier.parse_syslog(text, year=year)
     if carrier_logs:
         if inputs.netdev_map is not None:
+            text = _read(inputs.netdev_map)
             try:
-                mapping = netdev.parse_netdev_map(_read(inputs.netdev_map))
+                mapping = netdev.parse_netdev_map(text)
             except netdev.NetdevMapError as error:
                 raise EvidenceError(f"{inputs.netdev_map}: {error}") from None
+            readings.append(evidence.reading(inputs.netdev_map, "'host netdev hca' lines", text,
+                                             understood=len(mapping), lines=len(mapping)))
         else:
             hosts = {event.host for events in carrier_logs.values() for event in events}
             mapping = netdevs_of_hosts(view, hosts, inputs.state_dir or view.base_dir)
-        for path, found in carrier_logs.items():
-            linkhealth.add_carrier(evidence, fabric, found, hca_resolver(view, mapping))
-            ingestion[str(path)] = {"carrier_events": len(found)}
+        for path, events in carrier_logs.items():
+            linkhealth.add_carrier(found, fabric, events, hca_resolver(view, mapping))
+            ingestion[str(path)] = {"carrier_events": len(events)}
     snapshots: list[tuple[float, dict[Port, dict[str, int]]]] = []
     for path in inputs.counters:
         if path.is_file():  # an ibdiagnet db_csv: its CABLE_INFO also names the cables' serials
@@ -256,7 +275,7 @@ def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[
             for port, serial in serials.items():
                 cable = fabric.cable_at(port)
                 if cable is not None:
-                    evidence.serials.setdefault(cable, serial)
+                    found.serials.setdefault(cable, serial)
             snapshots.append((captured, values))
         else:
             snapshots.append(read_snapshot(path, names))
@@ -264,11 +283,11 @@ def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[
     if len(inputs.counters) == 1:
         raise EvidenceError(f"{inputs.counters[0]}: counters need two snapshots to give a delta")
     for (start, before), (end, after) in itertools.pairwise(snapshots):
-        readings = [(port, counters.deltas(before.get(port, {}), values)) for port, values in after.items()]
-        linkhealth.add_counter_deltas(evidence, fabric, start, end, readings)
+        deltas = [(port, counters.deltas(before.get(port, {}), values)) for port, values in after.items()]
+        linkhealth.add_counter_deltas(found, fabric, start, end, deltas)
         ingestion[f"counters {datetime.fromtimestamp(start, UTC):%Y-%m-%d %H:%M} .. "
                   f"{datetime.fromtimestamp(end, UTC):%Y-%m-%d %H:%M}"] = {"ports": len(after)}
-    return evidence, ingestion, guids
+    return found, ingestion, guids, readings
 
 
 def read_results(paths: list[Path], router: routes.Router) -> tuple[str, list[tuple[tomography.Test, bool]]]:
@@ -299,6 +318,9 @@ def read_results(paths: list[Path], router: routes.Router) -> tuple[str, list[tu
             else:
                 raise EvidenceError(f"{where}: needs 'passed', or 'gbps' and 'expected_gbps'")
             tests.append((tomography.test_of(router, flows, "ecmp" if routing == "ecmp" else "dmodk"), not passed))
+        if not document.get("tests"):
+            raise EvidenceError(f"{path}: no tests in it (expected {{\"tests\": [{{\"flows\": [[source, target]], "
+                                "\"passed\": true}}]}})")
     return routing, tests
 
 
@@ -339,9 +361,9 @@ def run_tomography(fabric: Fabric, paths: list[Path], health: list[linkhealth.Ca
 
 def analyse(view: FabricView, inputs: Inputs, store: StateStore | None) -> Report:
     fabric = view.fabric
-    evidence, ingestion, guids = gather(view, inputs)
+    found, ingestion, guids, readings = gather(view, inputs)
     policy = policy_of(view.link_health)
-    health, storms, explained = linkhealth.score(fabric, evidence, policy)
+    health, storms, explained = linkhealth.score(fabric, found, policy)
     result = None
     if inputs.results:
         router = None
@@ -350,10 +372,10 @@ def analyse(view: FabricView, inputs: Inputs, store: StateStore | None) -> Repor
         result = run_tomography(fabric, inputs.results, health, router)
         named = {cable: (1.0, f"tomography: {len(result['found'])} cable(s) named by {result['tests']} end-to-end "
                               f"tests ({result['failed']} failed)") for cable in result.pop("found_cables")}
-        health, storms, explained = linkhealth.score(fabric, evidence, policy, named)
+        health, storms, explained = linkhealth.score(fabric, found, policy, named)
     suspects = [item for item in health if item.klass != "healthy"]
     history = {cable_key(item.cable): _history(item, store) for item in suspects}
-    return Report(suspects, storms, explained, ingestion, evidence.unmatched, result, history,
+    return Report(suspects, storms, explained, ingestion, found.unmatched, result, history, readings,
                   view.link_health.window_hours, guids)
 
 

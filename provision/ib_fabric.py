@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from provision import evidence
 from provision.errors import Refusal, UsageProblem
 from provision.sim.paths import fabric_dir
 from provision.spec import LoadedSpec
@@ -235,12 +236,28 @@ def parse_observed(text: str, path: Path) -> Discovery:
         raise UsageProblem(f"{path}: {error}") from None
 
 
-def read_dump(path: Path, names: dict[str, str] | None = None) -> Discovery:
-    """An ``ibnetdiscover`` dump or ibdiagnet db_csv from disk, HCAs renamed by a GUID map when one is given."""
-    discovery = parse_observed(path.read_text(errors="replace"), path)
+#: What ``--observed`` and ``--baseline`` must hold, as the refusal of a file that holds none of it says.
+OBSERVED = "an ibnetdiscover dump or an ibdiagnet2.db_csv"
+
+
+def read_observed(path: Path, names: dict[str, str] | None = None) -> tuple[Discovery, evidence.Reading]:
+    """An ``ibnetdiscover`` dump or ibdiagnet db_csv from disk (HCAs renamed by a GUID map when one is given), and
+    how much of it was read: a file with no node in it is refused (:mod:`provision.evidence`)."""
+    text = evidence.read_text(path)
+    discovery = parse_observed(text, path)
     if names:
         ibnetdiscover.apply_names(discovery, names)
-    return discovery
+    nodes = len(discovery.nodes)
+    if ibdiagnet.looks_like_db_csv(text):  # a table file: its rows are not lines to count
+        return discovery, evidence.reading(path, OBSERVED, text, understood=nodes, lines=nodes)
+    lines = len(evidence.nonblank(text))
+    return discovery, evidence.reading(path, OBSERVED, text, understood=nodes and lines - len(discovery.skipped),
+                                       lines=lines, samples=[line for _number, line in discovery.skipped])
+
+
+def read_dump(path: Path, names: dict[str, str] | None = None) -> Discovery:
+    """An ``ibnetdiscover`` dump or ibdiagnet db_csv from disk, HCAs renamed by a GUID map when one is given."""
+    return read_observed(path, names)[0]
 
 
 def read_guid_map(path: Path) -> dict[str, str]:

@@ -47,3 +47,17 @@ def parse_syslog(text: str, *, year: int, timezone: str = "UTC") -> list[Carrier
         found.append(CarrierEvent(stamp.timestamp(), match.group(4), match.group(5),
                                   match.group(6).lower() == "gained", match.group(0)))
     return found
+
+
+#: A syslog line, whatever it says: the classic BSD timestamp and a host (``Nov 28 01:12:09 sim01 ...``), or an
+#: RFC 5424 / ISO 8601 one (``2026-11-28T01:12:09.123+00:00 sim01 ...``), as rsyslog and journald export them.
+_SYSLOG_FORM = re.compile(r"^(?:\w{3}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|<\d+>\d? ?\S+|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)"
+                          r" \S+ ")
+
+
+def syslog_lines(text: str) -> tuple[int, int, list[str]]:
+    """(non-blank lines, lines in a syslog form, up to three samples of the others): a syslog with no carrier line
+    is a syslog that saw no flap; a file with no syslog line is not a syslog at all."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    other = [line for line in lines if not _SYSLOG_FORM.match(line)]
+    return len(lines), len(lines) - len(other), other[:3]

@@ -10,13 +10,14 @@ from rich.table import Table
 from provision.cli.common import emit_json, err, json_option, out, state_dir_of, state_dir_option
 from provision.cli.topology import topology
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
+from provision.evidence import Reading
 from provision.fabric_view import view_of_plans, view_of_spec
 from provision.ib_fabric import (
     Plans,
     audit_change,
     cabling_label,
-    read_dump,
     read_guid_map,
+    read_observed,
     shared_description,
     simulated_dump,
 )
@@ -54,7 +55,7 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
         observed = simulated_dump(loaded, state_dir_of(loaded, state_dir))
         assert observed is not None
     names = read_guid_map(guid_map) if guid_map is not None else {}
-    discovery = read_dump(observed, names)
+    discovery, reading = read_observed(observed, names)
     if (shared := shared_description(discovery)) is not None:  # rdma-ndd never ran
         err.print(f"provision: {shared[1]} HCAs share the node description {shared[0]!r}; name them with "
                   "--guid-map (0x<guid> \"<host> <hca>\" per line)", markup=False)
@@ -63,8 +64,14 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
         for line in planned.unread:
             err.print(f"provision: row not read, the rest audited: {line}", markup=False)
     if baseline is not None:
-        return _print_change(audit_change(loaded if view.designed else None, planned.cables,
-                                          read_dump(baseline, names), discovery), baseline, observed, as_json)
+        before, was_read = read_observed(baseline, names)
+        partial = [read for read in (reading, was_read) if read.partial]
+        if not as_json:
+            for read in partial:
+                out.print(f"not all of the dumps was read: {read.line()}", markup=False, soft_wrap=True)
+        code = _print_change(audit_change(loaded if view.designed else None, planned.cables, before, discovery),
+                             baseline, observed, as_json, partial)
+        return EXIT_PROBLEMS if partial else code
     report = view.audit(discovery)
     not_applicable = [] if view.designed else list(RULES)
     attributes = planned.attributes()
@@ -75,14 +82,21 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
                                if f.expected else {}} for f in report.findings],
                    "rules": {name: [v.as_dict() for v in found] for name, found in report.violations.items()},
                    "rules_not_applicable": not_applicable,
-                   "unparsed_lines": len(discovery.skipped), "unread_plan_rows": planned.unread})
-        return EXIT_PROBLEMS if report.problems else EXIT_OK
+                   "unparsed_lines": len(discovery.skipped), "unread_plan_rows": planned.unread,
+                   "readings": [reading.as_dict()]})
+        return EXIT_PROBLEMS if report.problems or reading.partial else EXIT_OK
     if not_applicable:
         out.print(f"design rules not applicable: {', '.join(not_applicable)} (the fabric is a cabling plan, not a "
                   "fat tree designed from parameters: there is no intent to check them against)", markup=False)
+    if not report.problems and reading.partial:  # the verdict covers what was read, and says what was not
+        out.print(f"Nothing wrong in what could be read of {observed}, but not all of it could: {reading.line()}. "
+                  "The cables those lines describe are not known to be in place.", markup=False, soft_wrap=True)
+        return EXIT_PROBLEMS
     if not report.problems:
         out.print(f"No problems: every designed cable is in place ({observed}).", markup=False)
         return EXIT_OK
+    if reading.partial:
+        out.print(f"not all of the dump was read: {reading.line()}", markup=False, soft_wrap=True)
     table = Table(title=f"cabling audit of {observed}: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n),
                   title_justify="left")
     for column in ("problem", "designed", "found", "swap partner", "rules broken", "detail"):
@@ -99,12 +113,14 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
     return EXIT_PROBLEMS
 
 
-def _print_change(change: ChangeReport, baseline: Path, observed: Path, as_json: bool) -> int:
+def _print_change(change: ChangeReport, baseline: Path, observed: Path, as_json: bool,
+                  partial: list[Reading]) -> int:
     groups = {"fixed": change.fixed, "still broken": change.still_broken, "newly broken": change.newly_broken,
               "untouched": change.untouched}
     remaining = len(change.still_broken) + len(change.newly_broken) + len(change.untouched)
     if as_json:
         emit_json({"baseline": str(baseline), "observed": str(observed),
+                   "readings": [reading.as_dict() for reading in partial],
                    "cables_added": [cabling_label((link.a, link.b)) for link in change.added],
                    "cables_removed": [cabling_label((link.a, link.b)) for link in change.removed],
                    **{name.replace(" ", "_"): [f.as_dict() for f in found] for name, found in groups.items()}})

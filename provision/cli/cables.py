@@ -83,25 +83,28 @@ def topology_flaps(spec: Path | None, plans: tuple[Path, ...], events: tuple[Pat
         for line in view.plan_problems:
             err.print(f"provision: plan row not used: {line}", markup=False)
     report, suspects = found.report, found.suspects
+    partial = [reading for reading in report.readings if reading.partial]
     if as_json:
         emit_json({"suspects": suspects, "ingestion": report.ingestion, "plan_problems": view.plan_problems,
+                   "readings": [reading.as_dict() for reading in report.readings],
                    "storms": [{"start": storm.start, "end": storm.end, "events": storm.events, "cables": storm.cables}
                               for storm in report.storms],
                    "explained_by_reboots": report.explained_by_reboots,
                    "unmatched": [{"source": u.source, "where": u.where, "text": u.text} for u in report.unmatched[:50]],
                    "unmatched_total": len(report.unmatched), "tomography": report.tomography,
                    "actions": [str(path) for path in found.written], "executed": found.executed})
-        return EXIT_PROBLEMS if suspects else EXIT_OK
-    for source, summary in report.ingestion.items():
-        if isinstance(summary, dict) and summary.get("malformed"):
-            out.print(f"{source}: {summary['malformed']} line(s) not understood, e.g. "
-                      f"{summary['malformed_samples'][0]!r}", markup=False)
+        return EXIT_PROBLEMS if suspects or partial else EXIT_OK
     if report.storms:
         out.print(f"suppressed {len(report.storms)} reboot storm(s) of "
                   f"{sum(storm.events for storm in report.storms)} event(s)", markup=False)
     if report.unmatched:
         out.print(f"{len(report.unmatched)} observation(s) name ports not in the fabric model, e.g. "
                   f"{report.unmatched[0].where}", markup=False)
+    if not suspects and partial:  # the verdict covers what was read, and says what was not
+        out.print("Nothing suspect in what could be read, but not all of it could: "
+                  + "; ".join(reading.line() for reading in partial)
+                  + ". The cables those lines speak of are not known to be healthy.", markup=False, soft_wrap=True)
+        return EXIT_PROBLEMS
     if not suspects:
         out.print("No suspect cables.", markup=False)
         return EXIT_OK
@@ -119,6 +122,8 @@ def topology_flaps(spec: Path | None, plans: tuple[Path, ...], events: tuple[Pat
     if report.tomography and report.tomography["next_test"]:
         out.print(f"tomography: next test, {len(report.tomography['next_test'])} flow(s), e.g. "
                   f"{report.tomography['next_test'][0]}", markup=False)
+    for reading in partial:
+        out.print(f"not all evidence was read: {reading.line()}", markup=False, soft_wrap=True)
     for path in found.written[:2]:
         out.print(f"wrote {path}", markup=False)
     for row in found.executed:

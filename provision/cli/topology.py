@@ -12,7 +12,7 @@ from rich.table import Table
 from provision.cli.common import emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
 from provision.fabric_view import view_of_spec
-from provision.ib_fabric import design_fabric, problem_places, read_dump, simulated_dump
+from provision.ib_fabric import design_fabric, problem_places, read_observed, simulated_dump
 from provision.spec import load_fabric_spec, load_spec
 from topology import export, rules
 
@@ -88,7 +88,11 @@ def topology_draw(spec: Path, observed: Path | None, output: Path, state_dir: Pa
     kind = "design" if view.designed else "plan"
     title = f"{view.name}: {design.graph.number_of_edges():,} cables ({kind})"
     if observed is not None:
-        report = view.audit(read_dump(observed))
+        discovery, reading = read_observed(observed)
+        if reading.partial:
+            out.print(f"not all of the dump was read (the drawing shows what was): {reading.line()}", markup=False,
+                      soft_wrap=True)
+        report = view.audit(discovery)
         boxes, bundles = problem_places(design, report.findings)
         title = f"{view.name}: {len(report.findings)} problem cable(s) in {observed.name}"
     output.write_text(export.draw_svg(design, title=title, problems=boxes, bundle_problems=bundles))
