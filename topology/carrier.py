@@ -51,7 +51,9 @@ def parse_syslog(text: str, *, year: int, timezone: str = "UTC") -> list[Carrier
 
 #: A syslog line, whatever it says: the classic BSD timestamp and a host (``Nov 28 01:12:09 sim01 ...``), or an
 #: RFC 5424 / ISO 8601 one (``2026-11-28T01:12:09.123+00:00 sim01 ...``), as rsyslog and journald export them.
-_SYSLOG_FORM = re.compile(r"^(?:\w{3}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|<\d+>\d? ?\S+|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)"
+_SYSLOG_FORM = re.compile(r"^(?:\w{3}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?"  # Nov 28 01:12:09
+                          r"|<\d+>\d? ?\S+"  # <PRI>VERSION TIMESTAMP, as sent on the wire
+                          r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)"  # ISO 8601
                           r" \S+ ")
 
 
