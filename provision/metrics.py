@@ -172,7 +172,7 @@ def soak_families(store: StateStore, cluster: str) -> list[Family]:
     into the soak that poll was (a soak that stopped shows its age here)."""
     campaign, latest = store.soak_latest()
     gpu = {quantity: Family(name, text) for quantity, (name, text, _scale) in SOAK_GPU.items()}
-    port = Family("provision_soak_ib_port_counter", "InfiniBand port error counter at the soak's latest poll")
+    port = Family("provision_soak_ib_port_errors", "InfiniBand port error counter at the soak's latest poll")
     elapsed = Family("provision_soak_poll_seconds", "Seconds into the soak of the node's latest poll")
     reached: dict[str, float] = {}
     for node, series, at_s, value in latest:

@@ -155,7 +155,11 @@ def test_the_latest_soak_poll_of_each_node_is_exported_in_base_units(tmp_path: P
     assert f"provision_soak_gpu_sm_clock_hertz{{{labels}}} 1485000000" in lines
     assert f"provision_soak_gpu_temperature_celsius{{{labels}}} 64" in lines  # its latest poll: the first
     assert f"provision_soak_gpu_power_watts{{{labels}}} 512.5" in lines
-    assert ('provision_soak_ib_port_counter{campaign="run-1",cluster="sim16",counter="symbol_error",node="sim01",'
+    assert ('provision_soak_ib_port_errors{campaign="run-1",cluster="sim16",counter="symbol_error",node="sim01",'
             'port="mlx5_0"} 9') in lines
     assert 'provision_soak_poll_seconds{campaign="run-1",cluster="sim16",node="sim01"} 7200' in lines
     assert "load" not in text and "xid" not in text  # the soak's bookkeeping is not telemetry
+    if promstack.PROMTOOL:  # promtool refused the name it had ("should not include type 'counter'", issue 56)
+        linted = subprocess.run([promstack.PROMTOOL, "check", "metrics"], input=text, text=True,
+                                capture_output=True, timeout=30)
+        assert linted.returncode == 0 and not linted.stdout.strip(), linted.stdout + linted.stderr

@@ -271,9 +271,12 @@ def bus_bandwidth(result: LaunchResult) -> list[dict[str, Any]]:
 
 
 #: The least spread a straggler is measured against, as a fraction of the fleet's median time outside collectives.
-#: GPUs keep to their pace within a few percent; CPU workers (a CPU build, the simulator, CI) share the machine's
-#: cores with everything else on it, and a healthy one was seen 2x the median twice in a row on a loaded 2-core VM.
-SPREAD_FLOOR = {"gpu": 0.05, "cpu": 0.25}
+#: GPUs keep to their pace within a few percent. CPU workers (a CPU build, the simulator, CI) share the machine's
+#: cores with everything else on it: healthy ranks were recorded at 2.4x and 3.6x the median (tests/data/launches:
+#: rank 0's host serving the rendezvous store, a 4-rank launch), and healthy hosts quarantined twice in a row at
+#: robust z 7.8 and 10.9 (2.95x and 3.7x the median) with a floor of 0.25 (issue 55). At 1.0 a CPU straggler must
+#: spend over 6x the median outside collectives; the simulator's rank_slow (factor 0.2) was recorded at 69x and 74x.
+SPREAD_FLOOR = {"gpu": 0.05, "cpu": 1.0}
 
 
 def stragglers(result: LaunchResult, limit_mad: float) -> dict[str, float]:
