@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from provision import evidence
+from provision.errors import UsageProblem
 from provision.evidence import EvidenceError
 from provision.fabric_routes import routing_for
 from provision.fabric_view import FabricView
-from provision.facts.ibportstate import final_state
 from provision.ib_fabric import design_endpoint, read_observed
-from provision.observe import HostSession, ReadFailed, open_session
 from provision.spec.model import LinkHealth
+from provision.state.layout import fabric_dir
 from provision.state.store import StateStore
 from topology import (
     cabling,
@@ -53,8 +53,11 @@ class Inputs:
     results: list[Path] = field(default_factory=list)
     observed: Path | None = None
     year: int | None = None
-    netdev_map: Path | None = None  # host netdev hca; without it the hosts' own sysfs is asked
+    netdev_map: Path | None = None  # host netdev hca; without it the hosts' own sysfs is asked (``ask_hosts``)
     state_dir: Path | None = None
+    #: hosts -> {(host, netdev): hca}, read from the hosts themselves; handed in by the command that may reach
+    #: them (``topology flaps``): without it and without a map, carrier lines stay unmatched, never guessed
+    ask_hosts: Callable[[set[str]], dict[tuple[str, str], str]] | None = None
 
 
 @dataclass
@@ -88,32 +91,6 @@ def hca_resolver(view: FabricView, mapping: dict[tuple[str, str], str]) -> Calla
         return name if name and name in rails.get(host, set()) else None
 
     return resolve
-
-
-def netdevs_of_hosts(view: FabricView, hosts: set[str], state_dir: Path) -> dict[tuple[str, str], str]:
-    """Ask each host which HCA each of its IPoIB netdevs belongs to (``/sys/class/net`` and
-    ``/sys/class/infiniband`` resolve into the same PCI function). A host that cannot be asked adds nothing:
-    its carrier lines stay unmatched; without a cluster spec no host can be asked."""
-    found: dict[tuple[str, str], str] = {}
-    loaded = view.cluster_spec
-    if loaded is None:
-        return found
-    for node in loaded.nodes:
-        if node.name not in hosts:
-            continue
-        try:
-            session = open_session(loaded, node, state_dir)
-        except Exception:  # unreachable: its lines are reported unmatched, not guessed
-            continue
-        try:
-            pairs = netdev.netdevs_from_sysfs(session.resolve_links("/sys/class/net"),
-                                              session.resolve_links("/sys/class/infiniband"))
-        except ReadFailed:  # not read: its lines are reported unmatched, not guessed
-            continue
-        finally:
-            session.close()
-        found.update({(node.name, name): hca for name, hca in pairs.items()})
-    return found
 
 
 def cable_key(cable: Cable) -> str:
@@ -221,6 +198,85 @@ UFM_EVENT_LOG = "UFM event.log lines ('2026-11-28 01:02:03.456 [id] [code] LEVEL
 SYSLOG = "syslog lines ('Nov 28 01:02:03 host ...' or an ISO 8601 time, then the host)"
 
 
+#: The pairs stage's end-to-end results in a burn-in's run directory: tomography's input, written by the stage.
+RESULTS_FILE = "pairs-results.json"
+
+
+def latest_results(state_dir: Path) -> Path | None:
+    """The pair-test results of the most recent burn-in run that measured any (run ids sort by time)."""
+    runs = state_dir / "runs"
+    found = sorted(runs.glob(f"*/{RESULTS_FILE}")) if runs.is_dir() else []
+    return found[-1] if found else None
+
+
+@dataclass
+class FlapsRequest:
+    """What ``topology flaps`` was given: evidence files, and what to do about the suspects."""
+
+    events: list[Path] = field(default_factory=list)
+    syslogs: list[Path] = field(default_factory=list)
+    counter_dirs: list[Path] = field(default_factory=list)
+    results: list[Path] = field(default_factory=list)
+    observed: Path | None = None
+    year: int | None = None
+    last_burnin: bool = False
+    actions_dir: Path | None = None
+    execute: bool = False
+    via: str | None = None
+    netdev_map: Path | None = None
+
+
+def default_evidence(view: FabricView, directory: Path | None, request: FlapsRequest) -> None:
+    """A simulated cluster's own day of events and counters, and the latest burn-in's pair results."""
+    given = request.events or request.syslogs or request.counter_dirs or request.results
+    simulated_cluster = view.cluster_spec is not None and view.cluster_spec.spec.simulation is not None
+    if not given and simulated_cluster and directory is not None:
+        simulated = fabric_dir(directory)
+        if not (simulated / "ufm" / "event.log").exists():
+            raise UsageProblem(f"no simulated fabric history under {simulated}: run `provision sim up` first")
+        request.events = [simulated / "ufm" / "event.log"]
+        request.counter_dirs = sorted((simulated / "counters").iterdir())
+        request.observed = request.observed or simulated / "ibnetdiscover.txt"
+        request.last_burnin = True
+    if request.last_burnin and not request.results:
+        if directory is None:
+            raise UsageProblem("--burnin-results reads the latest burn-in of a cluster: give its spec")
+        latest = latest_results(directory)
+        if latest is None and not request.events:
+            raise UsageProblem(f"no burn-in under {directory} has run the pairs stage yet")
+        request.results = [latest] if latest else []
+    if not (request.events or request.syslogs or request.counter_dirs or request.results):
+        raise UsageProblem("give at least one of --events, --syslog, --counters, --results")
+
+
+def findings(view: FabricView, directory: Path | None, request: FlapsRequest,
+             ask_hosts: Callable[[set[str]], dict[tuple[str, str], str]] | None = None,
+             ) -> tuple[Report, list[dict[str, Any]]]:
+    """The suspect cables the evidence names, each with its cable's history: reading only (the report and the
+    metrics read link health here; ``topology flaps`` then writes the actions and disables ports in
+    :mod:`provision.cable_repairs`). ``directory``: the state directory whose store holds each cable's repair
+    history (None: no history, as for a fabric given by its plans alone)."""
+    fabric = view.fabric
+    default_evidence(view, directory, request)
+    inputs = Inputs(request.events, request.syslogs, request.counter_dirs, request.results, request.observed,
+                    request.year, request.netdev_map, directory, ask_hosts)
+    store = StateStore.open_readonly(directory) if directory is not None else None
+    try:
+        report = analyse(view, inputs, store)
+    except ibnetdiscover.DumpError as error:
+        raise UsageProblem(str(error)) from None
+    finally:
+        if store is not None:
+            store.close()
+    suspects = [suspect_dict(item, fabric, report.history[cable_key(item.cable)]) for item in report.suspects]
+    if view.plans is not None:  # the plan's other columns (rack, location, length, S/N) go with each suspect
+        attributes = view.plans.attributes()
+        for row, item in zip(suspects, report.suspects, strict=True):
+            ends = frozenset(design_endpoint(fabric, *end) for end in (item.cable.a, item.cable.b))
+            row["attributes"] = attributes.get(ends, {})
+    return report, suspects
+
+
 def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[str, Any], dict[str, str],
                                                       list[evidence.Reading]]:
     """The evidence, what each input contributed, switch name -> GUID from the dump (for the disable list), and
@@ -264,7 +320,7 @@ def gather(view: FabricView, inputs: Inputs) -> tuple[linkhealth.Evidence, dict[
                                              understood=len(mapping), lines=len(mapping)))
         else:
             hosts = {event.host for events in carrier_logs.values() for event in events}
-            mapping = netdevs_of_hosts(view, hosts, inputs.state_dir or view.base_dir)
+            mapping = inputs.ask_hosts(hosts) if inputs.ask_hosts is not None else {}
         for path, events in carrier_logs.items():
             linkhealth.add_carrier(found, fabric, events, hca_resolver(view, mapping))
             ingestion[str(path)] = {"carrier_events": len(events)}
@@ -435,29 +491,6 @@ def port_disables(report: Report, fabric: Fabric) -> list[PortDisable]:
                 disables.append(PortDisable(cable_key(item.cable), item.klass, node, port,
                                             report.guids.get(node.lower())))
     return disables
-
-
-def execute_disables(disables: list[PortDisable], session: HostSession, timeout_s: float) -> list[dict[str, Any]]:
-    """Disable each port from ``session``'s host (an SMP reaches any switch from any HCA), then query it back:
-    a port counts as disabled only when it reads ``PhysLinkState Disabled``. A port whose GUID is unknown is
-    reported, never guessed; one failure does not stop the others."""
-    rows = []
-    for item in disables:
-        row: dict[str, Any] = {"cable": item.cable, "switch": item.switch, "port": item.port, "guid": item.guid}
-        if item.guid is None:
-            rows.append({**row, "result": "skipped", "detail": "GUID unknown: pass --observed DUMP"})
-            continue
-        change = session.run(item.command(), timeout_s, become=True)
-        query = session.run(["ibportstate", "-G", item.guid, str(item.port), "query"], timeout_s, become=True) \
-            if change.ok else change
-        state = final_state(query.stdout) if query.ok else None
-        if state is not None and state[1] == "Disabled":
-            rows.append({**row, "result": "disabled", "detail": f"LinkState {state[0]}, PhysLinkState {state[1]}"})
-        else:
-            detail = query.problem() if not query.ok else \
-                f"still PhysLinkState {state[1]}" if state else "no PortInfo in ibportstate's output"
-            rows.append({**row, "result": "failed", "detail": detail})
-    return rows
 
 
 def write_actions(directory: Path, report: Report, fabric: Fabric, *,

@@ -5,23 +5,23 @@ mark in the cable's history, which is what moves the repair ladder on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provision import cable_health
-from provision.burnin import pairs as pairs_stage
 from provision.burnin.launch import run_seed
 from provision.burnin.recheck import recheck_cables
+from provision.cable_health import FlapsRequest
 from provision.errors import EXIT_OK, EXIT_PROBLEMS, UsageProblem
 from provision.fabric_view import FabricView
-from provision.ib_fabric import cable_at_port, design_endpoint, design_fabric
-from provision.observe import open_session
+from provision.facts.ibportstate import final_state
+from provision.ib_fabric import cable_at_port, design_fabric
+from provision.observe import HostSession, ReadFailed, open_session
 from provision.run_context import SpecIdentity, mutating_run
-from provision.sim.paths import fabric_dir
 from provision.spec import LoadedSpec
-from provision.state import NodeState, StateStore
-from topology import ibnetdiscover
+from provision.state import NodeState
+from topology import netdev
 
 IN_SERVICE = (NodeState.PROVISIONED, NodeState.BURNING_IN, NodeState.ADMITTED)
 
@@ -31,51 +31,11 @@ def _identity(loaded: LoadedSpec) -> SpecIdentity:
 
 
 @dataclass
-class FlapsRequest:
-    """What ``topology flaps`` was given: evidence files, and what to do about the suspects."""
-
-    events: list[Path] = field(default_factory=list)
-    syslogs: list[Path] = field(default_factory=list)
-    counter_dirs: list[Path] = field(default_factory=list)
-    results: list[Path] = field(default_factory=list)
-    observed: Path | None = None
-    year: int | None = None
-    last_burnin: bool = False
-    actions_dir: Path | None = None
-    execute: bool = False
-    via: str | None = None
-    netdev_map: Path | None = None
-
-
-@dataclass
 class FlapsOutcome:
     report: cable_health.Report
     suspects: list[dict[str, Any]]
     written: list[Path]
     executed: list[dict[str, Any]]
-
-
-def _default_evidence(view: FabricView, directory: Path | None, request: FlapsRequest) -> None:
-    """A simulated cluster's own day of events and counters, and the latest burn-in's pair results."""
-    given = request.events or request.syslogs or request.counter_dirs or request.results
-    simulated_cluster = view.cluster_spec is not None and view.cluster_spec.spec.simulation is not None
-    if not given and simulated_cluster and directory is not None:
-        simulated = fabric_dir(directory)
-        if not (simulated / "ufm" / "event.log").exists():
-            raise UsageProblem(f"no simulated fabric history under {simulated}: run `provision sim up` first")
-        request.events = [simulated / "ufm" / "event.log"]
-        request.counter_dirs = sorted((simulated / "counters").iterdir())
-        request.observed = request.observed or simulated / "ibnetdiscover.txt"
-        request.last_burnin = True
-    if request.last_burnin and not request.results:
-        if directory is None:
-            raise UsageProblem("--burnin-results reads the latest burn-in of a cluster: give its spec")
-        latest = pairs_stage.latest_results(directory)
-        if latest is None and not request.events:
-            raise UsageProblem(f"no burn-in under {directory} has run the pairs stage yet")
-        request.results = [latest] if latest else []
-    if not (request.events or request.syslogs or request.counter_dirs or request.results):
-        raise UsageProblem("give at least one of --events, --syslog, --counters, --results")
 
 
 def investigate(view: FabricView, directory: Path | None, request: FlapsRequest, argv: list[str]) -> FlapsOutcome:
@@ -93,24 +53,8 @@ def investigate(view: FabricView, directory: Path | None, request: FlapsRequest,
         raise UsageProblem(f"--via {request.via}: no node named {request.via!r}"
                            + (f" in {loaded.path}" if loaded is not None else " (no cluster spec given)"))
     fabric = view.fabric
-    _default_evidence(view, directory, request)
-    inputs = cable_health.Inputs(request.events, request.syslogs, request.counter_dirs, request.results,
-                                 request.observed, request.year, request.netdev_map, directory)
-    store = StateStore.open_readonly(directory) if directory is not None else None
-    try:
-        report = cable_health.analyse(view, inputs, store)
-    except ibnetdiscover.DumpError as error:
-        raise UsageProblem(str(error)) from None
-    finally:
-        if store is not None:
-            store.close()
-    suspects = [cable_health.suspect_dict(item, fabric, report.history[cable_health.cable_key(item.cable)])
-                for item in report.suspects]
-    if view.plans is not None:  # the plan's other columns (rack, location, length, S/N) go with each suspect
-        attributes = view.plans.attributes()
-        for row, item in zip(suspects, report.suspects, strict=True):
-            ends = frozenset(design_endpoint(fabric, *end) for end in (item.cable.a, item.cable.b))
-            row["attributes"] = attributes.get(ends, {})
+    report, suspects = cable_health.findings(
+        view, directory, request, ask_hosts=lambda hosts: netdevs_of_hosts(view, hosts, directory or view.base_dir))
     written: list[Path] = []
     executed: list[dict[str, Any]] = []
     if request.actions_dir is not None:
@@ -130,7 +74,7 @@ def disable_ports(loaded: LoadedSpec, directory: Path, disables: list[cable_heal
     with mutating_run(directory, "disable-ports", argv, spec=_identity(loaded)) as run:
         session = open_session(loaded, node, directory)
         try:
-            rows = cable_health.execute_disables(disables, session, timeout_s=60.0)
+            rows = execute_disables(disables, session, timeout_s=60.0)
         finally:
             session.close()
         run.note("disable-ports", {"via": node.name, "ports": rows})
@@ -176,3 +120,53 @@ def recheck(loaded: LoadedSpec, directory: Path, ports: list[str], argv: list[st
         code = EXIT_OK if all(row["verdict"] == "healthy" for row in rows) else EXIT_PROBLEMS
         run.conclude(code)
     return RecheckOutcome(run.path, rows, code)
+
+
+def netdevs_of_hosts(view: FabricView, hosts: set[str], state_dir: Path) -> dict[tuple[str, str], str]:
+    """Ask each host which HCA each of its IPoIB netdevs belongs to (``/sys/class/net`` and
+    ``/sys/class/infiniband`` resolve into the same PCI function). A host that cannot be asked adds nothing:
+    its carrier lines stay unmatched; without a cluster spec no host can be asked."""
+    found: dict[tuple[str, str], str] = {}
+    loaded = view.cluster_spec
+    if loaded is None:
+        return found
+    for node in loaded.nodes:
+        if node.name not in hosts:
+            continue
+        try:
+            session = open_session(loaded, node, state_dir)
+        except Exception:  # unreachable: its lines are reported unmatched, not guessed
+            continue
+        try:
+            pairs = netdev.netdevs_from_sysfs(session.resolve_links("/sys/class/net"),
+                                              session.resolve_links("/sys/class/infiniband"))
+        except ReadFailed:  # not read: its lines are reported unmatched, not guessed
+            continue
+        finally:
+            session.close()
+        found.update({(node.name, name): hca for name, hca in pairs.items()})
+    return found
+
+
+def execute_disables(disables: list[cable_health.PortDisable], session: HostSession,
+                     timeout_s: float) -> list[dict[str, Any]]:
+    """Disable each port from ``session``'s host (an SMP reaches any switch from any HCA), then query it back:
+    a port counts as disabled only when it reads ``PhysLinkState Disabled``. A port whose GUID is unknown is
+    reported, never guessed; one failure does not stop the others."""
+    rows = []
+    for item in disables:
+        row: dict[str, Any] = {"cable": item.cable, "switch": item.switch, "port": item.port, "guid": item.guid}
+        if item.guid is None:
+            rows.append({**row, "result": "skipped", "detail": "GUID unknown: pass --observed DUMP"})
+            continue
+        change = session.run(item.command(), timeout_s, become=True)
+        query = session.run(["ibportstate", "-G", item.guid, str(item.port), "query"], timeout_s, become=True) \
+            if change.ok else change
+        state = final_state(query.stdout) if query.ok else None
+        if state is not None and state[1] == "Disabled":
+            rows.append({**row, "result": "disabled", "detail": f"LinkState {state[0]}, PhysLinkState {state[1]}"})
+        else:
+            detail = query.problem() if not query.ok else \
+                f"still PhysLinkState {state[1]}" if state else "no PortInfo in ibportstate's output"
+            rows.append({**row, "result": "failed", "detail": detail})
+    return rows

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.sim.paths import fabric_dir
 from provision.spec import LoadedSpec
+from provision.state.layout import fabric_dir
 from topology import ibnetdiscover, lfts
 from topology.errors import LineError
 from topology.model import Fabric

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from provision import evidence
 from provision.errors import Refusal, UsageProblem
-from provision.sim.paths import fabric_dir
 from provision.spec import LoadedSpec
+from provision.state.layout import fabric_dir
 from topology import cabling, ibdiagnet, ibnetdiscover
 from topology.audit import ChangeReport, Finding, Link, compare, compare_change, discovered_links, down_endpoints
 from topology.bulk import bulk

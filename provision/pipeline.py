@@ -151,7 +151,7 @@ class ProvisionPhase:
         if state_dir is None or not (state_dir / DB_NAME).exists() or (
                 loaded.spec.simulation is not None and sim_cluster.read_manifest(state_dir) is None):
             return PhaseReport(self.name, f"would converge {len(hosts)} host(s) (nothing known about them "
-                               "yet: run apply)", {"hosts": hosts})
+                               "yet: run apply)", {"hosts": hosts, "unchecked": hosts})
         if not hosts:
             return PhaseReport(self.name, "no host to provision", {})
         unbuilt: list[str] = []
@@ -160,7 +160,7 @@ class ProvisionPhase:
         built = [host for host in hosts if host not in unbuilt]
         if not built:
             return PhaseReport(self.name, f"would converge {len(unbuilt)} host(s) (not built yet: run apply)",
-                               {"hosts": hosts})
+                               {"hosts": hosts, "unchecked": unbuilt})
         with tempfile.TemporaryDirectory() as scratch:
             path = inventory.write(loaded, state_dir, Path(scratch) / "inventory.yml")
             checks = node_check_file.write_check_files(loaded, Path(scratch) / "node-check")
@@ -180,7 +180,8 @@ class ProvisionPhase:
             parts.append(f"would converge {len(unbuilt)} host(s) not built yet: {hostlist.compress(unbuilt)}")
         if failures:
             parts.append(f"{len(failures)} host(s) fail: {hostlist.compress(list(failures))}")
-        return PhaseReport(self.name, "; ".join(parts), {"hosts": hosts, "changes": changes, "failures": failures})
+        return PhaseReport(self.name, "; ".join(parts), {"hosts": hosts, "changes": changes, "failures": failures,
+                                                          "unchecked": unbuilt})
 
     @staticmethod
     def _moved(store: PlannedStore | None, hosts: list[str]) -> bool:
@@ -384,8 +385,8 @@ def plan(loaded: LoadedSpec, state_dir: Path, *, limit: str | None = None,
 class Projection:
     """The store as ``apply``'s phases would leave it, phase by phase: what ``plan`` reads (see
     :class:`PlannedStore`). Only the provision phase moves nodes before the burn-in: each host it would converge
-    goes to ``provisioned`` (an admitted host only when the play would change it), each it would fail to
-    ``quarantined`` in provisioning."""
+    goes to ``provisioned`` (an admitted host only when the play would change it, or when the play could not be
+    checked on it: a host not built yet), each it would fail to ``quarantined`` in provisioning."""
 
     def __init__(self, store: StateStore | None, state_dir: Path) -> None:
         self.store, self._state_dir = store, state_dir
@@ -406,12 +407,13 @@ class Projection:
         if report.name != ProvisionPhase.name:
             return
         changes, failures = report.details.get("changes", {}), report.details.get("failures", {})
+        unchecked = set(report.details.get("unchecked", []))  # not checked: counted as changed, the most it may be
         for host in report.details.get("hosts", []):
             record = self.node(host)
             if host in failures:
                 self.moved[host] = _planned(host, record, NodeState.QUARANTINED, "provision",
                                             f"would fail: {failures[host]}")
-            elif record is None or record.state is not NodeState.ADMITTED or host in changes:
+            elif record is None or record.state is not NodeState.ADMITTED or host in changes or host in unchecked:
                 self.moved[host] = _planned(host, record, NodeState.PROVISIONED, None, "")
 
 

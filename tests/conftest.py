@@ -155,8 +155,8 @@ SHARED_MACHINE_STATE = {
 LONGEST_FIRST = ("test_sim_namespace", "test_provision", "test_burnin_multinode", "test_baseline_campaigns",
                  "test_slurm", "test_slurm_launcher", "test_bmc_recovery", "test_burnin_soak", "test_provision_ssh",
                  "test_burnin_training", "test_sim", "test_burnin_invariant", "test_cli", "test_provision_budget",
-                 "test_fanout", "test_connection", "test_burnin_pairs", "test_spec_fuzz", "test_burnin_resume",
-                 "test_bmc", "test_spec_mutations")
+                 "test_fanout", "test_connection", "test_burnin_pairs", "test_burnin_resume", "test_spec_fuzz",
+                 "test_bmc", "test_run_lifecycle", "test_spec_mutations")
 
 
 def _module(nodeid: str) -> str:

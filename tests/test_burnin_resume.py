@@ -75,12 +75,17 @@ def test_kill_9_mid_burn_in_then_the_next_burn_in_continues_the_campaign(tmp_pat
         held = store.history("sim04")
     assert held[-1]["stage"] == "preflight" and "79" in held[-1]["reason"], held[-1]
 
+    planned = run_cli("plan", str(spec), "--json", timeout=600)  # plan = apply: the same hosts and nodes
+    plan = {phase["phase"]: phase for phase in json.loads(planned.stdout)["phases"]}
+    assert not plan["provision"].get("hosts") and sorted(plan["burnin"]["nodes"]) == ["sim01", "sim02", "sim03"]
+
     resumed = run_cli("apply", str(spec), "--json", timeout=600)
     assert resumed.returncode == 1, resumed.stderr  # 1: sim04 stays quarantined
     payload = json.loads(resumed.stdout)
     phases = {phase["phase"]: phase for phase in payload["phases"]}
     assert phases["provision"]["summary"] == "no host to provision", phases["provision"]
     assert sorted(phases["burnin"]["admitted"]) == ["sim01", "sim02", "sim03"]
+    assert sorted(phases["burnin"]["nodes"]) == sorted(plan["burnin"]["nodes"])
     with StateStore(tmp_path / ".provision" / "sim16") as store:
         assert store.history("sim04") == held, "the apply moved the node the killed run had quarantined"
     events = [json.loads(line) for line in (Path(payload["run_dir"]) / "events.jsonl").read_text().splitlines()]

@@ -14,8 +14,8 @@ import yaml
 from provision.fabric_routes import routing_for
 from provision.ib_fabric import design_fabric
 from provision.sim import fabric as sim_fabric
-from provision.sim.paths import fabric_dir
 from provision.spec import load_spec
+from provision.state.layout import fabric_dir
 from tests.conftest import example_text
 from topology import tomography
 from topology.routes import Router

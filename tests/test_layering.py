@@ -133,6 +133,82 @@ def violations(rows: list[Row], imports: dict[str, set[str]]) -> list[str]:
     return problems
 
 
+def read_roles(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The map's readers and mutating modules (its "Reading never repairs" paragraph), as dotted names."""
+    found = {}
+    for role in ("Readers", "Mutating"):
+        match = re.search(rf"^{role}: (.*?)\.$", text, re.MULTILINE | re.DOTALL)
+        assert match, f"the map has no '{role}:' list"
+        found[role] = tuple(_dotted(path) for path in re.findall(r"`([^`]+)`", match.group(1)))
+    return found["Readers"], found["Mutating"]
+
+
+def reader_violations(readers: tuple[str, ...], mutating: tuple[str, ...], imports: dict[str, set[str]]) -> list[str]:
+    """Each reader module that reaches a mutating one, with the chain of imports that gets it there."""
+    graph = nx.DiGraph((module, target) for module, targets in imports.items() for target in targets
+                       if target in imports)
+    problems = []
+    for reader in sorted(module for module in imports if _within(module, readers)):
+        if reader not in graph:
+            continue
+        for target in sorted(nx.descendants(graph, reader)):
+            if _within(target, mutating):
+                problems.append(f"{reader} reaches {target}: " + " -> ".join(nx.shortest_path(graph, reader, target)))
+    return problems
+
+
+def test_reading_never_repairs() -> None:
+    readers, mutating = read_roles(MAP.read_text())
+    assert readers and mutating
+    assert reader_violations(readers, mutating, IMPORTS) == []
+
+
+def test_a_reader_reaching_a_mutating_module_fails() -> None:
+    """An edited copy of the import graph in which the report reaches the repair loop through a helper."""
+    readers, mutating = read_roles(MAP.read_text())
+    edited = {**IMPORTS, "provision.report.gather": {*IMPORTS["provision.report.gather"], "provision.capacity"},
+              "provision.capacity": {*IMPORTS["provision.capacity"], "provision.cable_repairs"}}
+    problems = reader_violations(readers, mutating, edited)
+    assert any(problem.startswith("provision.report.gather reaches provision.cable_repairs: "
+                                  "provision.report.gather -> provision.capacity -> provision.cable_repairs")
+               for problem in problems), problems
+
+
+#: The composition points: the only product modules that may import the simulator (docs/architecture.md).
+COMPOSITION = ("provision.inventory", "provision.pipeline", "provision.cli")
+
+
+def simulator_leaks(imports: dict[str, set[str]]) -> list[str]:
+    """Product modules (not the simulator, not a composition point) that import ``provision.sim``."""
+    return [f"{module} imports {target}" for module, targets in sorted(imports.items())
+            if not _within(module, ("provision.sim", *COMPOSITION)) and module.startswith("provision")
+            for target in sorted(targets) if _within(target, ("provision.sim",))]
+
+
+def test_the_simulator_is_behind_its_wall() -> None:
+    assert simulator_leaks(IMPORTS) == []
+    edited = {**IMPORTS, "provision.fabric_routes": {*IMPORTS["provision.fabric_routes"], "provision.sim.cluster"}}
+    assert simulator_leaks(edited) == ["provision.fabric_routes imports provision.sim.cluster"]
+
+
+def package_cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """Cycles between packages (``provision.sim`` -> ``provision.ib_fabric`` -> ``provision.sim``): each module
+    stands for its package (a top-level module for itself), so a cycle the module graph cannot see shows."""
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if len(parts) > 1 else module
+
+    graph = nx.DiGraph((package(module), package(target)) for module, targets in imports.items()
+                       for target in targets if target in imports and package(module) != package(target))
+    return [sorted(cycle) for cycle in nx.simple_cycles(graph)]
+
+
+def test_no_cycles_between_packages() -> None:
+    assert package_cycles(IMPORTS) == []
+    edited = {**IMPORTS, "provision.ib_fabric": {*IMPORTS["provision.ib_fabric"], "provision.sim.fabric"}}
+    assert ["provision.ib_fabric", "provision.sim"] in package_cycles(edited)
+
+
 def test_the_imports_are_what_the_map_says() -> None:
     assert violations(read_map(MAP.read_text()), IMPORTS) == []
 

@@ -63,8 +63,15 @@ def _break(monkeypatch: pytest.MonkeyPatch, where: str, error: BaseException) ->
 
 
 def _argv(command: str, spec: Path, tmp_path: Path) -> list[str]:
-    events = tmp_path / "event.log"
-    events.write_text("not a UFM line\n")
+    from provision.fabric_view import view_of_spec
+    from provision.sim.ufm import EventWriter
+    from provision.spec import load_fabric_spec
+
+    events = tmp_path / "event.log"  # one flap: evidence the reader understands, and below any policy
+    fabric = view_of_spec(load_fabric_spec(spec)).fabric
+    writer = EventWriter([])
+    writer.link_down(fabric, 1_790_000_000.0, next(iter(fabric.cables())))
+    events.write_text(writer.text())
     return {
         "apply": ["apply", str(spec), "--phases", "register"],
         "burnin": ["burnin", str(spec)],

@@ -25,16 +25,10 @@ from provision.checks.node_stage import judge_nccl_transport, judge_node_records
 from provision.checks.outcome import CheckResult, Outcome
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
-from provision.spec.thresholds import effective_thresholds
+from provision.spec.thresholds import stage_limits
 
 NODE_DEADLINE_S = 300.0
 Verdict = TypeVar("Verdict")
-
-
-def stage_limits(loaded: LoadedSpec, node: ResolvedNode) -> dict[str, float]:
-    spec = loaded.spec
-    return {name: threshold.value for name, threshold in effective_thresholds(
-        spec.hardware[node.hardware], spec.fabric, spec.burnin.thresholds).items()}
 
 
 def unfinished_workers(run: NodeRun, expected: int) -> list[str]:

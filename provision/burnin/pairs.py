@@ -27,7 +27,7 @@ from typing import Any
 from fabric_tests.protocol import parse
 from provision.burnin.launch import free_port
 from provision.burnin.verdict import NodeVerdict, judge
-from provision.cable_health import cable_key
+from provision.cable_health import RESULTS_FILE, cable_key
 from provision.checks.outcome import CheckResult, Outcome
 from provision.fabric_routes import Routing, routing_for
 from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
@@ -50,7 +50,6 @@ ADAPTIVE_MEASUREMENTS = 256
 #: fault of the host that printed them.
 NOT_MET = ("Couldn't connect", "Unable to open file descriptor", "No client connected", "Client went away",
            "Server did not confirm")
-RESULTS_FILE = "pairs-results.json"
 
 Flow = tomography.Flow
 
@@ -443,10 +442,3 @@ def _write(directory: Path, measurements: list[Measurement], summary: dict[str, 
     (directory / RESULTS_FILE).write_text(json.dumps({"routing": summary["routing_mode"], "tests": tests}, indent=1))
     (directory / "pairs-report.json").write_text(json.dumps(
         {**summary, "measured": [measurement.describe() for measurement in measurements]}, indent=1))
-
-
-def latest_results(state_dir: Path) -> Path | None:
-    """The pair-test results of the most recent burn-in run that measured any (run ids sort by time)."""
-    runs = state_dir / "runs"
-    found = sorted(runs.glob(f"*/{RESULTS_FILE}")) if runs.is_dir() else []
-    return found[-1] if found else None

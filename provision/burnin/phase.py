@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from provision import acceptance, baselines, observe, slurm
-from provision.burnin import dcgm, multinode, pairs, returns, soak, training
+from provision import acceptance, baselines, history, observe, slurm
+from provision.burnin import dcgm, multinode, pairs, soak, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.node_checks import check_runtimes, run_preflight
 from provision.burnin.verdict import NodeVerdict
@@ -231,7 +231,7 @@ class BurninPhase:
         context.campaign = campaign
         run.event("burnin.campaign", campaign=campaign, resumed=resumed, nodes=[node.name for node in taken],
                   partners=[node.name for node in partners])
-        returned = returns.returned_nodes(store, [node.name for node in taken])  # before any of them moves
+        returned = history.returned_nodes(store, [node.name for node in taken])  # before any of them moves
         progress = _Progress(campaign, taken, store.passes(campaign))
         start = self._entry_points(store, campaign, taken, stages, progress.passed, run.id)
         for index, stage in enumerate(stages):
@@ -357,7 +357,7 @@ class BurninPhase:
         summary += f"; {enough.line()}"
         if progress.demonstrated:
             summary += f"; {progress.demonstrated}"
-        stories = [returns.story(name, found, store, progress.measured.get(name, {}))
+        stories = [history.story(name, found, store, progress.measured.get(name, {}))
                    for name, found in returned.items()]
         if stories:
             summary += "; back from repair: " + ", ".join(f"{entry['node']} {entry['after']}" for entry in stories)

@@ -21,7 +21,6 @@ from provision.burnin.multinode import (
     keep_logs,
     lost_nodes,
     raised_errors,
-    stage_limits,
     unfinished_workers,
     worker_problems,
 )
@@ -30,6 +29,7 @@ from provision.checks.node_stage import on_gpu
 from provision.checks.outcome import CheckResult, Outcome
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
+from provision.spec.thresholds import stage_limits
 
 #: Steps left out of the spread: the first ones allocate and warm caches.
 WARMUP_STEPS = 2

@@ -76,7 +76,7 @@ def topology_flaps(spec: Path | None, plans: tuple[Path, ...], events: tuple[Pat
         directory: Path | None = state_dir or default_state_dir(loaded.path, loaded.spec.cluster.name)
     else:
         view, directory = view_of_plans(plans), state_dir
-    request = cable_repairs.FlapsRequest(list(events), list(syslogs), list(counter_dirs), list(results), observed,
+    request = cable_health.FlapsRequest(list(events), list(syslogs), list(counter_dirs), list(results), observed,
                                          year, last_burnin, actions_dir, execute, via, netdev_map)
     found = cable_repairs.investigate(view, directory, request, argv())
     if not as_json:

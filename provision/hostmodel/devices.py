@@ -10,15 +10,53 @@ seed and host name, so every ``sim up`` of the same spec gives the same host.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from provision.catalog import GPU_MODELS
 from provision.hostmodel import pciconfig
 from provision.hostmodel.pciconfig import DOWNSTREAM, ENDPOINT, ROOT_PORT, UPSTREAM, LinkConfig
 
-if TYPE_CHECKING:
-    from provision.spec.model import HardwareProfile
+
+class _Gpu(Protocol):
+    @property
+    def count(self) -> int: ...
+    @property
+    def model(self) -> str: ...
+
+
+class _Link(Protocol):
+    @property
+    def gen(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+
+
+class _Pcie(Protocol):
+    @property
+    def gpu(self) -> _Link: ...
+    @property
+    def hca(self) -> _Link: ...
+
+
+class _Nvlink(Protocol):
+    @property
+    def nvswitch(self) -> bool: ...
+
+
+class HardwareProfile(Protocol):
+    """What a host's layout reads of the spec's hardware profile (``provision.spec.model.HardwareProfile`` is one):
+    named here so the spec, which derives hosts from this module, is not imported back by it."""
+
+    @property
+    def gpu(self) -> _Gpu: ...
+    @property
+    def pcie(self) -> _Pcie: ...
+    @property
+    def nvlink(self) -> _Nvlink: ...
+    @property
+    def rails(self) -> Mapping[str, int]: ...
 
 NVIDIA, MELLANOX, BROADCOM, INTEL = 0x10DE, 0x15B3, 0x1000, 0x8086
 #: Bus numbers of the eight GPU/HCA PCIe switch complexes (as on the XE9680).

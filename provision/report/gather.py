@@ -16,9 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provision import baselines, cable_repairs
-from provision.burnin import returns
-from provision.burnin.multinode import stage_limits
+from provision import baselines, cable_health, history
 from provision.capacity import capacity
 from provision.checks import baseline
 from provision.checks.node_stage import on_gpu
@@ -27,7 +25,7 @@ from provision.fabric_view import view_of_cluster
 from provision.ib_fabric import design_fabric, places_of_cables
 from provision.report import plots
 from provision.spec import LoadedSpec
-from provision.spec.thresholds import effective_thresholds
+from provision.spec.thresholds import effective_thresholds, stage_limits
 from provision.state import NodeState, StateStore
 from topology import export
 
@@ -230,10 +228,10 @@ def returned_rows(store: StateStore, nodes: list[Any], runs: list[dict[str, Any]
     figures = _figures_by_node(records)
     rows = []
     for record in nodes:
-        last = returns.last_return(store, record.name)
+        last = history.last_return(store, record.name)
         if last is None or not any(move["run_id"] in own for move in last["after"]):
             continue
-        rows.append(returns.story(record.name, last, store, {name: list(items) for name, items in
+        rows.append(history.story(record.name, last, store, {name: list(items) for name, items in
                                                             figures.get(record.name, {}).items()}))
     return rows
 
@@ -299,11 +297,11 @@ def training_rows(records: Any) -> list[dict[str, Any]]:
 def link_health(loaded: LoadedSpec, state_dir: Path) -> dict[str, Any]:
     """The link-health suspects from the evidence the cluster has (the simulated fabric's, or none)."""
     try:
-        found = cable_repairs.investigate(view_of_cluster(loaded), state_dir,
-                                          cable_repairs.FlapsRequest(last_burnin=True), [])
+        _report, suspects = cable_health.findings(view_of_cluster(loaded), state_dir,
+                                                  cable_health.FlapsRequest(last_burnin=True))
     except Refusal as error:
         return {"analysed": False, "note": str(error), "suspects": []}
-    return {"analysed": True, "note": "", "suspects": found.suspects}
+    return {"analysed": True, "note": "", "suspects": suspects}
 
 
 def _fabric_svg(loaded: LoadedSpec, cables: list[str]) -> str:

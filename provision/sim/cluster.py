@@ -27,11 +27,11 @@ from provision.sim.files import clone_tree
 from provision.sim.host import ensure_host, is_host_built, read_recipe, write_recipe
 from provision.sim.linkquality import FORMAT as LINK_QUALITY_FORMAT
 from provision.sim.node import materialize_shared
-from provision.sim.paths import sim_dir
 from provision.sim.tools.__main__ import GUARDED, TOOLS
 from provision.sim.ufm import HISTORY_FAULTS, write_history
 from provision.spec import LoadedSpec
 from provision.spec.faults import CATALOG, resolve_params
+from provision.state.layout import sim_dir
 
 MANIFEST = "cluster.json"
 DEFAULT_KERNEL = "5.15.0-112-generic"

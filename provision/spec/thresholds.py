@@ -8,9 +8,14 @@ stated fraction of a stated figure, and the reason travels with the value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from provision.catalog import GPU_MODELS
 from provision.spec.model import FabricDesign, HardwareProfile, Thresholds
+
+if TYPE_CHECKING:  # the loaded spec's types, for annotations only (the loader imports this module)
+    from provision.spec.loader import LoadedSpec
+    from provision.spec.semantics import ResolvedNode
 
 #: Fractions applied to catalog figures when the spec does not override them.
 DEFAULT_MATMUL_EFFICIENCY = 0.70  # MAMF scans reach ~0.80 of peak; leave room for healthy spread
@@ -84,3 +89,12 @@ def effective_thresholds(
     if "matmul_efficiency" in given:
         derived["matmul_tflops"] = Threshold(derived["matmul_tflops"].value, "spec efficiency x catalog peak")
     return derived
+
+
+def stage_limits(loaded: LoadedSpec, node: ResolvedNode) -> dict[str, float]:
+    """Each threshold's value for the node's hardware profile: what the burn-in's stages judge the node against and
+    the report shows beside its figures (so the report reads them here, not from the stages)."""
+    spec = loaded.spec
+    return {name: threshold.value for name, threshold in effective_thresholds(
+        spec.hardware[node.hardware], spec.fabric, spec.burnin.thresholds).items()}
+
