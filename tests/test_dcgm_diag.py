@@ -55,6 +55,9 @@ def test_a_skipped_optional_test_is_silenced_and_a_skipped_required_one_is_unkno
         optional["dcgm_eud"].message
     allowed = _judged("dcgm_diag_r3/targeted_power_short_on_one_gpu", level=3, gpus=8, allowed_skips={"eud"})
     assert allowed["dcgm_eud"].outcome is Outcome.SILENCED and "the spec allows it" in allowed["dcgm_eud"].message
+    dcgm3 = _judged("dcgm_diag_r3/eud_skipped_dcgm3", level=3, gpus=2)  # 3.x, the EUD package not installed
+    assert dcgm3["dcgm_eud"].outcome is Outcome.SILENCED
+    assert all(result.outcome is not Outcome.UNKNOWN for result in dcgm3.values()), dcgm3
     required = _judged("dcgm_diag_r2/memory_skipped_on_one_gpu", level=2, gpus=2)
     assert required["dcgm_memory"].outcome is Outcome.UNKNOWN
     assert "skipped memory on GPU 1: a skipped test is not a pass" in required["dcgm_memory"].message
