@@ -175,6 +175,16 @@ def test_a_cpu_worker_is_a_straggler_only_far_past_the_machines_noise() -> None:
     assert "sim03" in multinode.stragglers(launch("cpu", 69.0), 5.0)  # the simulator's rank_slow (factor 0.2)
 
 
+def _provisioned(state: Path, nodes: list[ResolvedNode]) -> Path:
+    """A store with ``nodes`` registered and provisioned by a recorded apply: where a burn-in starts."""
+    with StateStore(state) as store:
+        store.register([(node.name, node.group) for node in nodes], "r0")
+        setup = recorded_run(store, "apply", "r0")
+        for node in nodes:
+            store.transition(node.name, NodeState.PROVISIONED, run_id=setup)
+    return state
+
+
 def _burn_in(tmp_path: Path, monkeypatch, hosts: str, collectives) -> tuple[dict, StateStore]:
     """The phase over ``hosts`` (preflight and collectives; preflight passes everyone), ``collectives`` standing
     in for the stage: each call's nodes -> verdicts. Returns the report's details and the opened store."""
@@ -191,12 +201,7 @@ def _burn_in(tmp_path: Path, monkeypatch, hosts: str, collectives) -> tuple[dict
         phase.NodeVerdict(node.name, "preflight", ok) for node in nodes])
     monkeypatch.setitem(phase.STAGES, "collectives", lambda context, nodes: collectives([n.name for n in nodes]))
     monkeypatch.setattr(phase, "check_runtimes", lambda *args: {})
-    state = tmp_path / "state"
-    with StateStore(state) as store:
-        store.register([(node.name, node.group) for node in loaded.nodes], "r0")
-        setup = recorded_run(store, "apply", "r0")
-        for node in loaded.nodes:
-            store.transition(node.name, NodeState.PROVISIONED, run_id=setup)
+    state = _provisioned(tmp_path / "state", loaded.nodes)
     with mutating_run(state, "apply", ["apply"], spec=SpecIdentity(loaded.path, loaded.sha256)) as active:
         report = phase.BurninPhase().run(PhaseContext(loaded, active.store, active.record, list(loaded.nodes)))
     return report.details, StateStore(state)
@@ -311,12 +316,7 @@ def test_an_interrupted_burn_in_ends_as_the_uninterrupted_one(tmp_path: Path, mo
         for name in stages:
             monkeypatch.setitem(phase.STAGES, name, runner(name))
         monkeypatch.setattr(phase, "check_runtimes", lambda *args: {})
-        state = directory / "state"
-        with StateStore(state) as store:
-            store.register([(node.name, node.group) for node in loaded.nodes], "r0")
-            setup = recorded_run(store, "apply", "r0")
-            for node in loaded.nodes:
-                store.transition(node.name, NodeState.PROVISIONED, run_id=setup)
+        state = _provisioned(directory / "state", loaded.nodes)
         original = StateStore.transition
 
         def transition(self, name, target, **kwargs):

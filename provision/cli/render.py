@@ -6,7 +6,7 @@ from rich.table import Table
 
 from provision.capacity import capacity
 from provision.cli.common import out
-from provision.state import NodeState, StateStore
+from provision.state import NodeRecord, NodeState, StateStore
 from topology import hostlist
 
 
@@ -24,28 +24,28 @@ def print_status(cluster: str, store: StateStore, spare_fraction: float | None =
     gone = [record.name for record in records if not record.in_spec]
     if gone:
         out.print(f"not in the spec any more (history kept): {hostlist.compress(gone)}")
-    held = [record for record in records if record.in_spec and record.state is NodeState.QUARANTINED]
-    if held:
-        reasons = Table(title="quarantined", title_justify="left")
-        for column in ("node", "stage", "reason", "since"):
-            reasons.add_column(column)
-        for record in held:
-            reasons.add_row(record.name, record.stage or "", record.reason, record.updated_at)
-        out.print(reasons)
-    waiting = [record for record in records if record.in_spec and record.state is NodeState.BURNING_IN
-               and record.reason]
-    if waiting:  # a stage could not judge them alone: not failed, not admitted (the next apply takes them)
-        table = Table(title="waiting for burn-in partners", title_justify="left")
-        for column in ("node", "stage", "why", "since"):
-            table.add_column(column)
-        for record in waiting:
-            table.add_row(record.name, record.stage or "", record.reason, record.updated_at)
-        out.print(table)
+    _print_reasons("quarantined", "reason", [record for record in records if record.in_spec
+                                             and record.state is NodeState.QUARANTINED])
+    # a stage could not judge them alone: not failed, not admitted (the next apply takes them)
+    _print_reasons("waiting for burn-in partners", "why", [record for record in records if record.in_spec
+                                                          and record.state is NodeState.BURNING_IN and record.reason])
     if spare_fraction is not None:
         in_spec = [record for record in records if record.in_spec]
         admitted = sum(1 for record in in_spec if record.state is NodeState.ADMITTED)
         out.print(capacity(len(in_spec), admitted, spare_fraction).line(), markup=False)
     print_sinks(store)
+
+
+def _print_reasons(title: str, why: str, records: list[NodeRecord]) -> None:
+    """A table of nodes with their stage, the reason they are where they are, and since when (none: nothing)."""
+    if not records:
+        return
+    table = Table(title=title, title_justify="left")
+    for column in ("node", "stage", why, "since"):
+        table.add_column(column)
+    for record in records:
+        table.add_row(record.name, record.stage or "", record.reason, record.updated_at)
+    out.print(table)
 
 
 def print_sinks(store: StateStore) -> None:

@@ -98,8 +98,8 @@ def check_move(current: NodeState, target: NodeState, *, command: str, stage: st
                current_stage: str | None = None, current_by_operator: bool = False) -> None:
     """Refuse a move the table does not give ``command``; a stage and a reason where the target needs them."""
     source = standing(current, current_stage, current_by_operator)
-    if command not in MOVES.get((source, target), frozenset()):
-        allowed = MOVES.get((source, target))
+    allowed = MOVES.get((source, target), frozenset())
+    if command not in allowed:
         hint = f" (only {', '.join(f'`provision {name}`' for name in sorted(allowed))} may)" if allowed else ""
         raise TransitionError(f"`provision {command}` cannot move a node from {source} to {target}{hint}")
     if target is NodeState.BURNING_IN and not stage:
