@@ -75,7 +75,7 @@ def provision_apply(spec: Path) -> float:
 def plain_playbook(spec: Path, strategy: str = "linear") -> float:
     """``ansible-playbook`` as an operator would run it: the generated inventory, the spec's forks, and the
     settings ``provision`` gives ansible-runner."""
-    from provision import ansible, inventory
+    from provision.hosts import ansible, inventory
 
     loaded = load_spec(spec)
     state_dir = spec.parent / ".provision" / loaded.spec.cluster.name

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from provision.connection import ConnectionModel
-from provision.observe import SshSession
+from provision.hosts.connection import ConnectionModel
+from provision.hosts.remote import SshSession
 from tests import slurmcluster, sshd
 from topology import hostlist
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from bench.simulated import example
-from provision.ib_fabric import design_fabric
+from provision.network.sources import design_fabric
 from provision.sim import cluster
 from provision.spec import load_spec
 

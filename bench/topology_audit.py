@@ -19,7 +19,7 @@ import sys
 import time
 
 from bench.fabrics import HOSTS_PER_SU, RAILS, reference_fabric, reference_hosts
-from provision.ib_fabric import design_endpoint, design_links
+from provision.network.sources import design_endpoint, design_links
 from topology.audit import compare, discovered_links
 from topology.bulk import collector_paused
 from topology.design import FabricDimensions

@@ -16,16 +16,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import ansible, inventory, node_check_file, recovery, runtime
 from provision.burnin.phase import BurninPhase
-from provision.connection import connection_model, jump_master
 from provision.errors import UsageProblem
-from provision.phases import Phase, PhaseContext, PhaseReport, PlannedStore, SystemicFailure
-from provision.run_context import SpecIdentity, mutating_run
-from provision.runs import RunRecord
-from provision.secrets import resolve as resolve_secret
+from provision.hosts import ansible, inventory, recovery, runtime
+from provision.hosts.connection import connection_model, jump_master
+from provision.node_check import check_file as node_check_file
+from provision.run.context import SpecIdentity, mutating_run
+from provision.run.phases import Phase, PhaseContext, PhaseReport, PlannedStore, SystemicFailure
+from provision.run.record import RunRecord
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
+from provision.spec.secrets import resolve as resolve_secret
 from provision.spec.semantics import ResolvedNode
 from provision.state import NodeRecord, NodeState, StateStore, lifecycle
 from provision.state.store import DB_NAME, Registration

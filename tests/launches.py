@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.burnin.launch import Launcher, LaunchResult, NodeRun
-from provision.observe import CommandResult
+from provision.hosts.remote import CommandResult
 from tests.simhelpers import shrink_to_four_gpus, write_spec
 
 HERE = Path(__file__).resolve().parent / "data" / "launches"

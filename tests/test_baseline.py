@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from provision import baselines, operator
 from provision.checks import baseline
 from provision.checks.outcome import Outcome
 from provision.errors import UsageProblem
+from provision.fleet import baselines, operator
 from provision.spec import load_spec
 from provision.state import NodeState, StateStore
 from provision.state.store import BaselineSample

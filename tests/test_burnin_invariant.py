@@ -266,7 +266,7 @@ def test_the_catalog_says_where_worker_errors_are_caught() -> None:
 def test_a_perftest_without_cuda_fails_its_node_with_the_reason(tmp_path: Path) -> None:
     """GPUDirect on, ib_write_bw refuses --use_cuda (built without CUDA): the node fails pairs/perftest saying so,
     never passes on host-memory figures."""
-    from provision.ib_fabric import design_fabric
+    from provision.network.sources import design_fabric
     from topology import routes
 
     loaded = load_spec(write_spec(tmp_path, [], hosts="sim[01-02]"))

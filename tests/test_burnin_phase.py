@@ -190,8 +190,8 @@ def _burn_in(tmp_path: Path, monkeypatch, hosts: str, collectives) -> tuple[dict
     in for the stage: each call's nodes -> verdicts. Returns the report's details and the opened store."""
     from provision.burnin import phase
     from provision.checks.outcome import CheckResult, Outcome
-    from provision.phases import PhaseContext
-    from provision.run_context import SpecIdentity, mutating_run
+    from provision.run.context import SpecIdentity, mutating_run
+    from provision.run.phases import PhaseContext
     from provision.spec import load_spec
     from tests.simhelpers import write_spec
 
@@ -293,8 +293,8 @@ def test_an_interrupted_burn_in_ends_as_the_uninterrupted_one(tmp_path: Path, mo
     """Interrupted inside each stage, or at the boundary before it (the first move into it), then run again:
     the same final states, stages and reasons as the burn-in that was never interrupted (issue 55)."""
     from provision.burnin import phase
-    from provision.phases import PhaseContext
-    from provision.run_context import SpecIdentity, mutating_run
+    from provision.run.context import SpecIdentity, mutating_run
+    from provision.run.phases import PhaseContext
     from provision.spec import load_spec
     from tests.simhelpers import write_spec
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.burnin.node_checks import check_node
+from provision.burnin.preflight import check_node
 from provision.checks import preflight
 from provision.checks.outcome import Outcome
 from provision.sim import cluster

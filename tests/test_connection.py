@@ -19,9 +19,9 @@ import yaml
 
 from provision.checks import preflight
 from provision.checks.outcome import Outcome
-from provision.connection import ConnectionModel, connection_model, parse_jump_host
-from provision.hostsession import refused_by_sudo
-from provision.observe import SshSession
+from provision.facts.session import refused_by_sudo
+from provision.hosts.connection import ConnectionModel, connection_model, parse_jump_host
+from provision.hosts.remote import SshSession
 from provision.spec import load_spec
 from tests.conftest import EXAMPLES
 from tests.sshd import SSHD, USER, LoopbackSshd, run, stop, wait_listening
@@ -39,7 +39,7 @@ def test_jump_host_syntax() -> None:
 
 
 def test_the_play_shares_connections_and_compresses_nothing(tmp_path: Path) -> None:
-    from provision.ansible import settings
+    from provision.hosts.ansible import settings
 
     args = settings(tmp_path)["ANSIBLE_SSH_ARGS"].split()
     assert "-C" not in args and "Compression=yes" not in args, "wheels are zip files: zlib on them is CPU for nothing"
@@ -229,7 +229,7 @@ def test_all_at_once_and_connecting_once_the_bastion_drops_sessions(default_bast
     """The same forty, all handshakes at once and no retry: sshd drops some (the test above can fail)."""
     import threading
 
-    from provision import observe
+    from provision.hosts import remote as observe
 
     monkeypatch.setattr(observe, "CONNECT_ATTEMPTS", 1)
     monkeypatch.setattr(observe, "_HANDSHAKES", threading.BoundedSemaphore(AT_ONCE))
@@ -256,7 +256,7 @@ class _Flaky:
 def test_a_dropped_connection_is_tried_again_and_a_refused_one_is_not(monkeypatch) -> None:
     import paramiko
 
-    from provision import observe
+    from provision.hosts import remote as observe
 
     monkeypatch.setattr(observe, "CONNECT_BACKOFF_S", 0.01)
     dropped = _Flaky(2, paramiko.SSHException("Error reading SSH protocol banner"))
@@ -279,7 +279,7 @@ def test_a_campaign_reuses_one_connection_per_host_and_replaces_a_lost_one(defau
     connection is ours to replace, never the node's verdict."""
     import threading
 
-    from provision.observe import SessionPool
+    from provision.hosts.remote import SessionPool
 
     servers, addresses = default_bastion
     jump = f"{addresses['bastion']}:{servers.port}"
@@ -313,7 +313,7 @@ def test_a_file_not_read_is_never_a_file_that_is_not_there(default_bastion, tmp_
     import contextlib
     import threading
 
-    from provision.observe import ReadFailed, SessionPool
+    from provision.hosts.remote import ReadFailed, SessionPool
 
     servers, addresses = default_bastion
     jump = f"{addresses['bastion']}:{servers.port}"
@@ -351,7 +351,7 @@ def test_a_file_not_read_is_never_a_file_that_is_not_there(default_bastion, tmp_
 def test_a_campaign_reaches_every_node_through_one_connection_to_the_bastion(default_bastion) -> None:
     """Five hosts' sessions in one pool tunnel through one connection to the jump host: the bastion holds one TCP
     connection from the controller, not five (its MaxStartups sees one handshake for the whole delivery)."""
-    from provision.observe import SessionPool
+    from provision.hosts.remote import SessionPool
 
     servers, addresses = default_bastion
     model = _model(servers, f"{addresses['bastion']}:{servers.port}", become=False)
@@ -379,7 +379,7 @@ def test_a_plays_forks_reach_the_nodes_through_one_master_at_the_bastion(default
     import shlex
     import time
 
-    from provision.connection import jump_master
+    from provision.hosts.connection import jump_master
 
     servers, addresses = default_bastion
     model = _model(servers, f"{addresses['bastion']}:{servers.port}", become=False)

@@ -140,7 +140,7 @@ def test_a_report_that_cannot_be_read_is_unknown() -> None:
 
 # -- one run of dcgmi diag as the dcgm stage hands it to the judgement (provision.burnin.dcgm.judge_run) -------
 def _run(case: str, rc: int, stderr: str = "", **fields: object) -> Any:
-    from provision.hostsession import CommandResult
+    from provision.facts.session import CommandResult
 
     output = json.loads((FACTS / f"{case}.json").read_text())["output"] if case else ""
     return CommandResult(("dcgmi", "diag", "-r", "3", "-j"), rc, output, stderr, 900.0, **fields)  # type: ignore[arg-type]

@@ -173,7 +173,7 @@ def test_ufm_events_in_a_syslog_form_are_refused_and_in_event_log_form_read(good
     """Issue 51's case: the same UFM events, as event.log writes them and as UFM forwards them to syslog (the
     [112] threshold form, and a raw-data [329] record). The event.log is read; the syslog form, of which the
     event.log reader understands nothing, is refused naming the file (it used to end in "No suspect cables.")."""
-    from provision.fabric_view import view_of_spec
+    from provision.network.view import view_of_spec
     from provision.sim.ufm import EventWriter
     from provision.spec import load_fabric_spec
 

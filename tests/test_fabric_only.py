@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.fabric_view import view_of_plans
+from provision.network.view import view_of_plans
 from provision.sim.ufm import EventWriter
 from provision.spec import SpecError, load_fabric_spec, load_spec
 from tests.conftest import SHARED_FIXTURES, run_cli

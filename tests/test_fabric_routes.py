@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provision.fabric_routes import routing_for
-from provision.ib_fabric import design_fabric
+from provision.network.routes import routing_for
+from provision.network.sources import design_fabric
 from provision.sim import fabric as sim_fabric
 from provision.spec import load_spec
 from provision.state.layout import fabric_dir

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.ib_fabric import design_fabric
+from provision.network.sources import design_fabric
 from provision.spec import load_spec
 from tests.conftest import run_cli
 from topology.audit import discovered_links

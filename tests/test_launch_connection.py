@@ -2,7 +2,7 @@
 again the node is ``unknown`` with that reason, never failed as if its hardware had stopped the test.
 
 The sessions here stand in for SSH only in what they return (paramiko's "no exit status", which
-:class:`provision.observe.SshSession` turns into ``lost``; tests/test_connection.py shows that on a real sshd);
+:class:`provision.hosts.remote.SshSession` turns into ``lost``; tests/test_connection.py shows that on a real sshd);
 the agents' output is what the simulator's real agents printed in a recorded healthy launch."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fabric_tests.protocol import MARKER
 from provision.burnin import launch as launch_module
 from provision.burnin import multinode
 from provision.checks.outcome import Outcome
-from provision.observe import CommandResult
+from provision.hosts.remote import CommandResult
 from provision.spec import load_spec
 from tests.launches import load, scenario_spec
 

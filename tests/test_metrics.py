@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from provision.cli import main
-from provision.metrics import Family, exposition
+from provision.sinks.metrics import Family, exposition
 from provision.spec.faults import CATALOG
 from tests import promstack
 
@@ -96,7 +96,7 @@ def test_the_grafana_dashboard_reads_only_metrics_we_write() -> None:
     import json
     import re
 
-    from provision import metrics
+    from provision.sinks import metrics
 
     written = set(re.findall(r'Family\("(provision_[a-z_]+)"', inspect.getsource(metrics)))
     dashboard = json.loads((Path(__file__).parent.parent / "docs" / "grafana" / "provision.json").read_text())
@@ -132,7 +132,7 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
 ])
 def test_spare_fraction_says_whether_the_delivery_is_met(nodes: int, admitted: int, spare: float, needed: int,
                                                          line_end: str) -> None:
-    from provision.capacity import capacity
+    from provision.fleet.capacity import capacity
 
     enough = capacity(nodes, admitted, spare)
     assert enough.needed == needed and enough.line().endswith(line_end)
@@ -140,7 +140,7 @@ def test_spare_fraction_says_whether_the_delivery_is_met(nodes: int, admitted: i
 
 @pytest.mark.fast
 def test_the_latest_soak_poll_of_each_node_is_exported_in_base_units(tmp_path: Path) -> None:
-    from provision.metrics import soak_families
+    from provision.sinks.metrics import soak_families
     from provision.state import StateStore
 
     with StateStore(tmp_path) as store:

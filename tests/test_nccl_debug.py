@@ -10,7 +10,7 @@ from provision.burnin.launch import NodeRun
 from provision.burnin.multinode import judge_transport
 from provision.checks.outcome import Outcome
 from provision.facts.nccl_debug import parse_nccl_debug
-from provision.observe import CommandResult
+from provision.hosts.remote import CommandResult
 
 pytestmark = pytest.mark.fast  # pure: part of make test-fast
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from provision import node_check, node_check_file
 from provision.checks import spec_expectations
 from provision.checks.outcome import CheckResult, Outcome
+from provision.node_check import check_file as node_check_file
+from provision.node_check import on_node as node_check
 from provision.spec import load_spec
 from tests.conftest import EXAMPLES
 

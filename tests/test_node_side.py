@@ -1,6 +1,6 @@
 """What runs on the nodes holds to what a fresh node has: the burn-in runtime's Python (3.10 on Ubuntu 22.04), the
 standard library, and what the runtime installs (torch, numpy) — never the controller's package or its
-dependencies. The node-side modules are :data:`provision.runtime.NODE_MODULES` (carried in the runtime wheel
+dependencies. The node-side modules are :data:`provision.hosts.runtime.NODE_MODULES` (carried in the runtime wheel
 beside ``fabric_tests``): every import they make stays among them or the standard library, vermin finds nothing
 newer than 3.10 in them, ruff is told the same floor for them, and ``provision node-check`` runs from the wheel's
 files alone with no site-packages at all."""
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from provision import runtime
+from provision.hosts import runtime
 from tests.conftest import ROOT
 from tests.test_layering import IMPORTS, MODULES
 
@@ -45,7 +45,7 @@ def test_node_side_code_imports_only_itself_and_the_standard_library(name: str) 
 
 
 def test_node_check_needs_nothing_outside_the_node_modules() -> None:
-    seen, todo = set(), ["provision.node_check"]
+    seen, todo = set(), ["provision.node_check.on_node"]
     while todo:
         module = todo.pop()
         if module in seen:
@@ -95,12 +95,12 @@ def test_node_check_runs_from_the_wheel_alone(tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(node)
     check_file = tmp_path / "node-check.json"
     check_file.write_text(json.dumps({"format": 1, "node": "gpu001"}))  # damaged: no expectations
-    argv = [sys.executable, "-S", "-m", "provision.node_check", "--file", str(check_file), "--json"]
+    argv = [sys.executable, "-S", "-m", "provision.node_check.on_node", "--file", str(check_file), "--json"]
     env = {"PYTHONPATH": str(node), "PATH": "/usr/bin:/bin"}
     result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 3, result.stdout + result.stderr  # Nagios UNKNOWN
     assert json.loads(result.stdout)["status"] == "UNKNOWN" and "damaged" in result.stdout
-    leaked = subprocess.run([sys.executable, "-S", "-c", "import provision.node_check, sys; print(sorted("
+    leaked = subprocess.run([sys.executable, "-S", "-c", "import provision.node_check.on_node, sys; print(sorted("
                              "m.split('.')[0] for m in sys.modules))"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
     loaded = set(eval(leaked.stdout))  # a list of module names printed by the line above

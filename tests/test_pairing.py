@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from provision.burnin.pairs import Measurement, read_outcome
-from provision.ib_fabric import design_fabric
+from provision.network.sources import design_fabric
 from provision.spec import load_spec
 from tests.simhelpers import write_spec
 from topology import pairing

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from provision import cable_repairs, pipeline
+from provision import pipeline
 from provision.cli import main
+from provision.repairs import cables as cable_repairs
 from provision.sim import cluster as sim_cluster
 from provision.state import ClusterLock, NodeState, StateStore
 from tests.stores import recorded_run
@@ -63,7 +64,7 @@ def _break(monkeypatch: pytest.MonkeyPatch, where: str, error: BaseException) ->
 
 
 def _argv(command: str, spec: Path, tmp_path: Path) -> list[str]:
-    from provision.fabric_view import view_of_spec
+    from provision.network.view import view_of_spec
     from provision.sim.ufm import EventWriter
     from provision.spec import load_fabric_spec
 

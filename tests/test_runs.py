@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from provision.runs import RunRecord, relevant_environment
+from provision.run.record import RunRecord, relevant_environment
 from tests.conftest import EXAMPLES
 
 

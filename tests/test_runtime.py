@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from provision import runtime
 from provision.checks.outcome import Outcome
+from provision.hosts import runtime
 
 pytestmark = pytest.mark.fast
 

@@ -194,7 +194,7 @@ class RecordedHost:
         self.asked: list[list[str]] = []
 
     def run(self, argv, timeout_s, *, become=False):
-        from provision.observe import CommandResult
+        from provision.hosts.remote import CommandResult
 
         self.asked.append(list(argv))
         if list(argv) == ["nvidia-smi", "--help-query-gpu"]:

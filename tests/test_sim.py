@@ -753,8 +753,8 @@ def test_ib_write_bw_with_gpudirect_needs_registered_peermem(tmp_path: Path) -> 
 
 
 def test_link_quality_lists_exactly_the_flows_whose_route_crosses_a_degraded_cable(tmp_path: Path) -> None:
-    from provision.fabric_routes import routing_for
-    from provision.ib_fabric import design_fabric
+    from provision.network.routes import routing_for
+    from provision.network.sources import design_fabric
     from provision.sim.linkquality import flow_factors
     from provision.spec import load_spec
     from topology.smroutes import TableRouter
@@ -787,7 +787,7 @@ def test_a_pre_535_driver_knows_only_the_throttle_names_and_preflight_asks_for_t
     a 525 host with the names that driver knows."""
     from provision.checks import preflight
     from provision.facts.nvidia_smi import parse_help_query
-    from provision.observe import LocalSession
+    from provision.hosts.remote import LocalSession
     from provision.sim import cluster
 
     state, _ = bring_up(tmp_path, [{"kind": "wrong_driver", "node": "sim02", "params": {"version": "525.147.05"}}])

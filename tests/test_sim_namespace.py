@@ -26,7 +26,7 @@ import yaml
 
 from provision.facts.lspci import parse_lspci_verbose
 from provision.facts.nvidia_smi import parse_query_csv
-from provision.observe import SshSession
+from provision.hosts.remote import SshSession
 from provision.sim import namespace
 from tests.conftest import ROOT, run_cli
 from tests.simhelpers import SimHost, shrink_to_four_gpus, write_spec
@@ -148,7 +148,7 @@ def test_a_node_is_reached_only_through_the_bastion(delivery) -> None:
 
 
 def _model(servers: LoopbackSshd, *, jump: bool):
-    from provision.connection import ConnectionModel, parse_jump_host
+    from provision.hosts.connection import ConnectionModel, parse_jump_host
 
     return ConnectionModel("ssh", USER, servers.port, servers.client_key, servers.known_hosts,
                            parse_jump_host(f"{BASTION}:{servers.port}") if jump else None, True, 10)

@@ -15,7 +15,7 @@ import yaml
 
 from provision.cli import main
 from provision.facts.slurm import SlurmNode, parse_nodes
-from provision.slurm import idle_in, idle_nodes, plan_sync, wanted_reason
+from provision.sinks.slurm import idle_in, idle_nodes, plan_sync, wanted_reason
 from provision.spec import load_spec
 from provision.state import NodeRecord, NodeState
 from tests import slurmcluster

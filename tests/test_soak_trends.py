@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from provision import acceptance
 from provision.checks.outcome import Outcome
 from provision.checks.soak import Sample as S
 from provision.checks.soak import SoakLimits, judge, xids_of
+from provision.spec import acceptance
 
 pytestmark = pytest.mark.fast
 H = 3600.0

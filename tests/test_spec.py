@@ -185,7 +185,7 @@ def test_dcgm_settings_act_or_are_refused_where_they_are_written(tmp_path: Path)
     older than the first whose diagnostic knows the GPU (H100 SXM: 3.1.6)."""
     import yaml
 
-    from provision.inventory import dcgm_packages
+    from provision.hosts.inventory import dcgm_packages
 
     data = yaml.safe_load(example_text())
     data["burnin"]["stages"] = ["preflight", "node"]

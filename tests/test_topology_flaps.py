@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from provision.cable_health import cable_key
-from provision.ib_fabric import design_fabric
+from provision.network.cable_health import cable_key
+from provision.network.sources import design_fabric
 from provision.spec import load_spec
 from tests.conftest import run_cli
 from tests.simhelpers import write_spec

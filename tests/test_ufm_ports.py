@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from provision.cable_health import add_port_counts
+from provision.network.cable_health import add_port_counts
 from tests.conftest import SHARED_FIXTURES
 from topology.cabling import node_device
 from topology.ibnetdiscover import parse

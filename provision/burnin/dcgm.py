@@ -12,13 +12,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provision.burnin.node_checks import unreachable
+from provision.burnin.preflight import unreachable
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks import dcgm_diag
 from provision.checks.outcome import CheckResult
 from provision.facts import dcgm
-from provision.hostsession import CommandResult
-from provision.observe import open_session
+from provision.facts.session import CommandResult
+from provision.hosts.remote import open_session
 from provision.spec import LoadedSpec
 from provision.spec.model import DcgmDiag
 from provision.spec.semantics import ResolvedNode

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fabric_tests.protocol import parse
-from provision import slurm
-from provision.observe import CommandResult, open_session
-from provision.runtime import node_python
+from provision.hosts.remote import CommandResult, open_session
+from provision.hosts.runtime import node_python
+from provision.sinks import slurm
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from topology import hostlist

@@ -27,13 +27,13 @@ from typing import Any
 from fabric_tests.protocol import parse
 from provision.burnin.launch import free_port
 from provision.burnin.verdict import NodeVerdict, judge
-from provision.cable_health import RESULTS_FILE, cable_key
 from provision.checks.outcome import CheckResult, Outcome
-from provision.fabric_routes import Routing, routing_for
 from provision.facts.perftest import largest_message_average_gbps, parse_bandwidth
-from provision.ib_fabric import design_fabric
-from provision.observe import HostSession, open_session
-from provision.runtime import node_python
+from provision.hosts.remote import HostSession, open_session
+from provision.hosts.runtime import node_python
+from provision.network.cable_health import RESULTS_FILE, cable_key
+from provision.network.routes import Routing, routing_for
+from provision.network.sources import design_fabric
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.spec.thresholds import effective_thresholds

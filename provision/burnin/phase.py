@@ -23,14 +23,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from provision import acceptance, baselines, history, observe, slurm
 from provision.burnin import dcgm, multinode, pairs, soak, training
 from provision.burnin.launch import free_port, run_seed
-from provision.burnin.node_checks import check_runtimes, run_preflight
+from provision.burnin.preflight import check_runtimes, run_preflight
 from provision.burnin.verdict import NodeVerdict
-from provision.capacity import capacity
-from provision.phases import PhaseContext, PhaseReport, PlannedStore, SystemicFailure
-from provision.spec import LoadedSpec
+from provision.fleet import baselines, history
+from provision.fleet.capacity import capacity
+from provision.hosts import remote as observe
+from provision.run.phases import PhaseContext, PhaseReport, PlannedStore, SystemicFailure
+from provision.sinks import slurm
+from provision.spec import LoadedSpec, acceptance
 from provision.spec.semantics import ResolvedNode
 from provision.state import NodeState, StateStore
 from topology import hostlist

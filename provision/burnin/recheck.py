@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.burnin.pairs import Measurement, PairRunner, pack_rounds
-from provision.fabric_routes import routing_for
+from provision.network.routes import routing_for
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from topology.model import Cable, Fabric

@@ -30,8 +30,8 @@ from provision.checks import preflight, soak
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import kernel_log, nvidia_smi
 from provision.facts.fact import Fact
-from provision.hostsession import HostSession, ReadFailed
-from provision.observe import open_session
+from provision.facts.session import HostSession, ReadFailed
+from provision.hosts.remote import open_session
 from provision.spec import LoadedSpec
 from provision.spec.model import Soak
 from provision.spec.semantics import ResolvedNode

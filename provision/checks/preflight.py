@@ -22,7 +22,7 @@ from provision.checks import kernel_allowlist
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import dcgm, infiniband, kernel_log, lspci, nvidia_smi, packages, system
 from provision.facts.fact import Fact, Parsed
-from provision.hostsession import CommandResult, HostSession, ReadFailed
+from provision.facts.session import CommandResult, HostSession, ReadFailed
 
 #: What preflight reads from a host; each fact's command (or file) and parser live in its own module.
 PROBES: tuple[Fact[Any], ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,

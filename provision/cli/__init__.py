@@ -1,7 +1,7 @@
 """The ``provision`` command line: a package of thin command modules.
 
 Each command parses its arguments, calls one service function and renders the answer; mutating commands
-run inside :func:`provision.run_context.mutating_run`. Exit codes are a contract for scripts and CI (see
+run inside :func:`provision.run.context.mutating_run`. Exit codes are a contract for scripts and CI (see
 :mod:`provision.errors`): 0 success; 1 the run worked but found problems; 2 bad usage, a bad spec or a
 refusal before anything changed; 3 an internal error, with the run directory named; 130 interrupted.
 Read commands take ``--json``; humans get tables.
@@ -14,7 +14,7 @@ import traceback
 
 import click
 
-from provision import __version__, run_context, sinks
+from provision import __version__
 from provision.cli import audit, cables  # noqa: F401  (they add their commands to the topology group)
 from provision.cli.baseline import baseline_group
 from provision.cli.common import err
@@ -31,6 +31,8 @@ from provision.cli.slurm import slurm_group
 from provision.cli.specs import validate
 from provision.cli.topology import topology
 from provision.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Refusal
+from provision.run import context as run_context
+from provision.sinks import dispatch as sinks
 from provision.spec import SpecError
 from topology.hostlist import HostlistError
 

@@ -11,8 +11,7 @@ from provision.cli.common import emit_json, err, json_option, out, state_dir_of,
 from provision.cli.topology import topology
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
 from provision.evidence import Reading
-from provision.fabric_view import view_of_plans, view_of_spec
-from provision.ib_fabric import (
+from provision.network.sources import (
     Plans,
     audit_change,
     cabling_label,
@@ -21,6 +20,7 @@ from provision.ib_fabric import (
     shared_description,
     simulated_dump,
 )
+from provision.network.view import view_of_plans, view_of_spec
 from provision.spec import load_fabric_spec
 from topology.audit import ChangeReport
 from topology.rules import RULES

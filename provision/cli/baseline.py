@@ -8,7 +8,6 @@ import click
 from rich import box
 from rich.table import Table
 
-from provision import baselines
 from provision.cli.common import (
     argv,
     emit_json,
@@ -20,6 +19,7 @@ from provision.cli.common import (
     state_dir_option,
 )
 from provision.errors import EXIT_OK
+from provision.fleet import baselines
 
 profile_option = click.option("--profile", help="Only this hardware profile.")
 

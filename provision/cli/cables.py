@@ -8,7 +8,6 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from provision import cable_health, cable_repairs
 from provision.cli.common import (
     argv,
     emit_json,
@@ -21,9 +20,11 @@ from provision.cli.common import (
 )
 from provision.cli.topology import topology
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
-from provision.fabric_view import view_of_plans, view_of_spec
+from provision.network import cable_health
+from provision.network.view import view_of_plans, view_of_spec
 from provision.pipeline import default_state_dir
-from provision.run_context import SpecIdentity
+from provision.repairs import cables as cable_repairs
+from provision.run.context import SpecIdentity
 from provision.spec import load_fabric_spec, load_spec
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from provision import history
 from provision.cli.common import (
     emit_json,
     existing_store,
@@ -18,6 +17,7 @@ from provision.cli.common import (
     state_dir_option,
 )
 from provision.errors import EXIT_OK
+from provision.fleet import history
 from provision.state import StateStore
 
 

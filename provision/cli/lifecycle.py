@@ -9,8 +9,7 @@ import click
 from rich.live import Live
 from rich.markup import escape
 
-from provision import pipeline, run_context
-from provision.capacity import capacity
+from provision import pipeline
 from provision.cli.common import (
     argv,
     emit_json,
@@ -30,6 +29,8 @@ from provision.cli.live import Board
 from provision.cli.progress import event_printer
 from provision.cli.render import print_status, quarantine_check
 from provision.errors import EXIT_OK
+from provision.fleet.capacity import capacity
+from provision.run import context as run_context
 from provision.spec import LoadedSpec, load_spec
 from provision.state import NodeState, StateStore
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from provision import metrics
 from provision.cli.common import existing_store, out, spec_argument, state_dir_of, state_dir_option
 from provision.errors import EXIT_OK
+from provision.sinks import metrics
 from provision.spec import load_spec
 
 

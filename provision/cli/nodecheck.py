@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from provision import node_check
+from provision.node_check import on_node as node_check
 
 
 @click.command(name="node-check")

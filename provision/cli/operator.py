@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from provision import operator
 from provision.cli.common import (
     argv,
     emit_json,
@@ -18,6 +17,7 @@ from provision.cli.common import (
 )
 from provision.cli.render import print_sinks
 from provision.errors import EXIT_OK
+from provision.fleet import operator
 from provision.state import NodeState, StateStore
 from topology import hostlist
 

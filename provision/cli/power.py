@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from provision import bmc
 from provision.cli.common import argv, emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
 from provision.errors import EXIT_OK, EXIT_PROBLEMS, UsageProblem
-from provision.run_context import SpecIdentity, mutating_run
+from provision.hosts import bmc
+from provision.run.context import SpecIdentity, mutating_run
 from provision.spec import LoadedSpec, load_spec
 from topology import hostlist
 

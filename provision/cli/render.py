@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from provision.capacity import capacity
 from provision.cli.common import out
+from provision.fleet.capacity import capacity
 from provision.state import NodeRecord, NodeState, StateStore
 from topology import hostlist
 

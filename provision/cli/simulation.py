@@ -13,7 +13,7 @@ from rich.table import Table
 
 from provision.cli.common import argv, emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
 from provision.errors import EXIT_OK, UsageProblem
-from provision.run_context import SpecIdentity, mutating_run
+from provision.run.context import SpecIdentity, mutating_run
 from provision.sim import cluster as sim_cluster
 from provision.sim import namespace as sim_namespace
 from provision.spec import load_spec

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from provision import slurm
 from provision.cli.common import (
     argv,
     emit_json,
@@ -18,7 +17,8 @@ from provision.cli.common import (
     state_dir_option,
 )
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
-from provision.run_context import SpecIdentity, mutating_run
+from provision.run.context import SpecIdentity, mutating_run
+from provision.sinks import slurm
 from provision.spec import load_spec
 
 

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from provision.cli.common import emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
-from provision.fabric_view import view_of_spec
-from provision.ib_fabric import design_fabric, problem_places, read_observed, simulated_dump
+from provision.network.sources import design_fabric, problem_places, read_observed, simulated_dump
+from provision.network.view import view_of_spec
 from provision.spec import load_fabric_spec, load_spec
 from topology import export, rules
 

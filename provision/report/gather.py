@@ -16,13 +16,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provision import baselines, cable_health, history
-from provision.capacity import capacity
 from provision.checks import baseline
 from provision.checks.node_stage import on_gpu
 from provision.errors import Refusal, UsageProblem
-from provision.fabric_view import view_of_cluster
-from provision.ib_fabric import design_fabric, places_of_cables
+from provision.fleet import baselines, history
+from provision.fleet.capacity import capacity
+from provision.network import cable_health
+from provision.network.sources import design_fabric, places_of_cables
+from provision.network.view import view_of_cluster
 from provision.report import plots
 from provision.spec import LoadedSpec
 from provision.spec.thresholds import effective_thresholds, stage_limits

@@ -31,11 +31,11 @@ from pathlib import Path
 import requests
 
 from provision.errors import UsageProblem
-from provision.secrets import resolve
 from provision.sim import cluster as sim_cluster
 from provision.sim.node import load_state, save_state
 from provision.sim.tools import system as host_system
 from provision.spec import LoadedSpec
+from provision.spec.secrets import resolve
 
 START_TIMEOUT_S = 30.0
 POLL_S = 0.5

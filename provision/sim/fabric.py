@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.hostmodel.devices import hca_guid
-from provision.ib_fabric import design_fabric
+from provision.network.sources import design_fabric
 from provision.sim import subnet_manager
 from provision.sim.linkquality import FORMAT, LINK_QUALITY
 from provision.spec import LoadedSpec

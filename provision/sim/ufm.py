@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from provision.hostmodel.devices import hca_guid
-from provision.ib_fabric import design_fabric
+from provision.network.sources import design_fabric
 from provision.sim.fabric import parse_port
 from provision.spec import LoadedSpec
 from topology.counters import THRESHOLDS

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.acceptance import required_node_hours, required_soak_hours
 from provision.catalog import DCGM_LEVEL_TESTS, DCGM_OPTIONAL_TESTS, GPU_MODELS, dcgm_tests
 from provision.hostmodel.devices import describe
+from provision.spec.acceptance import required_node_hours, required_soak_hours
 from provision.spec.faults import CATALOG, resolve_params, target_problem
 from provision.spec.issues import did_you_mean
 from provision.spec.keys import key_form

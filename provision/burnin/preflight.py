@@ -7,11 +7,11 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provision import runtime
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks import preflight, spec_expectations
 from provision.checks.outcome import CheckResult, Outcome
-from provision.observe import open_session
+from provision.hosts import runtime
+from provision.hosts.remote import open_session
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 

@@ -6,9 +6,9 @@ when the drain is ours: a node an administrator drained for something else stays
 Features follow too (GPU model, rail count, ``burnin_ok`` on admitted nodes), leaving every other feature alone.
 
 The plan is a pure function of the store's records and Slurm's (``plan_sync``); applying it is a handful of
-``scontrol update`` calls. The sync runs after every run (:mod:`provision.sinks`) and on demand (``provision slurm
-sync``); when slurmctld cannot be reached the store keeps its verdicts, the sync is marked pending, and the next
-run retries it whole.
+``scontrol update`` calls. The sync runs after every run (:mod:`provision.sinks.dispatch`) and on demand
+(``provision slurm sync``); when slurmctld cannot be reached the store keeps its verdicts, the sync is marked
+pending, and the next run retries it whole.
 """
 
 from __future__ import annotations

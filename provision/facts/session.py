@@ -3,7 +3,7 @@ local session (child processes, paths under a root), with sudo's own words told 
 
 Standard library only, at Python 3.10: besides the controller, the node-side code that runs from the burn-in's
 runtime on a node (``provision node-check`` as Slurm's HealthCheckProgram) uses it, with no controller package
-there (see :data:`provision.runtime.NODE_MODULES`). The SSH session is in :mod:`provision.observe`.
+there (see :data:`provision.hosts.runtime.NODE_MODULES`). The SSH session is in :mod:`provision.hosts.remote`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import EXIT_OK, exit_code_for
-from provision.runs import RunRecord
+from provision.run.record import RunRecord
 from provision.state import ClusterLock, StateStore
 
 _latest: list[RunRecord] = []
@@ -32,7 +32,7 @@ _run_end_hooks: list[Callable[[StateStore, Path, RunRecord], None]] = []
 
 def on_run_end(hook: Callable[[StateStore, Path, RunRecord], None]) -> None:
     """Call ``hook(store, spec_path, record)`` after every run ends, its outcome stored, the lock still held: the
-    sinks that follow the store (``provision.sinks``). A hook must not raise; it records its own failures."""
+    sinks that follow the store (``provision.sinks.dispatch``). A hook must not raise; it records its own failures."""
     _run_end_hooks.append(hook)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from provision.runs import RunRecord
+from provision.run.record import RunRecord
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
 from provision.state import NodeRecord, StateStore

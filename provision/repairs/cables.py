@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provision import cable_health
 from provision.burnin.launch import run_seed
 from provision.burnin.recheck import recheck_cables
-from provision.cable_health import FlapsRequest
 from provision.errors import EXIT_OK, EXIT_PROBLEMS, UsageProblem
-from provision.fabric_view import FabricView
 from provision.facts.ibportstate import final_state
-from provision.ib_fabric import cable_at_port, design_fabric
-from provision.observe import HostSession, ReadFailed, open_session
-from provision.run_context import SpecIdentity, mutating_run
+from provision.hosts.remote import HostSession, ReadFailed, open_session
+from provision.network import cable_health
+from provision.network.cable_health import FlapsRequest
+from provision.network.sources import cable_at_port, design_fabric
+from provision.network.view import FabricView
+from provision.run.context import SpecIdentity, mutating_run
 from provision.spec import LoadedSpec
 from provision.state import NodeState
 from topology import netdev

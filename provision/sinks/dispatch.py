@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provision import metrics, slurm
 from provision.errors import Refusal
-from provision.runs import RunRecord
+from provision.run.record import RunRecord
+from provision.sinks import metrics, slurm
 from provision.spec import LoadedSpec, SpecError, load_spec
 from provision.state import StateStore
 

@@ -36,7 +36,8 @@ NODE_REQUIREMENTS = ("torch>=2.4", "numpy>=1.26")
 
 #: The node-side modules of ``provision`` the wheel carries beside ``fabric_tests`` (paths under the project).
 NODE_MODULES = (
-    "provision/__init__.py", "provision/hostsession.py", "provision/node_check.py",
+    "provision/__init__.py", "provision/facts/session.py",
+    "provision/node_check/__init__.py", "provision/node_check/__main__.py", "provision/node_check/on_node.py",
     "provision/checks/__init__.py", "provision/checks/outcome.py", "provision/checks/kernel_allowlist.py",
     "provision/checks/preflight.py",
     "provision/facts/__init__.py", "provision/facts/fact.py", "provision/facts/dcgm.py",
@@ -46,7 +47,7 @@ NODE_MODULES = (
 )
 #: The oldest Python the node runtime runs on (Ubuntu 22.04's python3).
 NODE_PYTHON = (3, 10)
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 
 #: Fixed timestamps make the wheel's bytes a function of the sources: copying it again changes nothing.
 _EPOCH = (1980, 1, 1, 0, 0, 0)

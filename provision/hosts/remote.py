@@ -21,15 +21,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from provision import inventory
-from provision.connection import ConnectionModel, connection_model
-from provision.hostsession import CommandResult as CommandResult
-from provision.hostsession import HostSession as HostSession
-from provision.hostsession import LocalSession as LocalSession
-from provision.hostsession import ReadFailed as ReadFailed
-from provision.hostsession import become_argv, refused_by_sudo
-from provision.secrets import resolve as resolve_secret
+from provision.facts.session import CommandResult as CommandResult
+from provision.facts.session import HostSession as HostSession
+from provision.facts.session import LocalSession as LocalSession
+from provision.facts.session import ReadFailed as ReadFailed
+from provision.facts.session import become_argv, refused_by_sudo
+from provision.hosts import inventory
+from provision.hosts.connection import ConnectionModel, connection_model
 from provision.spec import LoadedSpec
+from provision.spec.secrets import resolve as resolve_secret
 from provision.spec.semantics import ResolvedNode
 
 #: Tries at opening a command's channel: sshd refuses one past its MaxSessions while it closes finished ones.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
 class PlaybookError(RuntimeError):

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision.errors import UsageProblem
-from provision.ib_fabric import AuditReport, Plans, audit_against_plans, audit_against_spec, design_fabric, read_plans
+from provision.network.sources import (
+    AuditReport,
+    Plans,
+    audit_against_plans,
+    audit_against_spec,
+    design_fabric,
+    read_plans,
+)
 from provision.spec import LoadedFabricSpec, LoadedSpec
 from provision.spec.model import FabricSpec, LinkHealth
 from topology.ibnetdiscover import Discovery

@@ -14,7 +14,7 @@ node is still admitted) leaves that drain alone, as it leaves an administrator's
 This module runs on the node from the burn-in's runtime, where the controller's package is absent: standard
 library only, Python 3.10 (``python -m provision.node_check``, what the node_runtime role's
 ``/usr/local/sbin/provision-node-check`` runs). The controller writes the check file
-(:mod:`provision.node_check_file`) and offers the same run as ``provision node-check``.
+(:mod:`provision.node_check.check_file`) and offers the same run as ``provision node-check``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from provision.checks import preflight
 from provision.checks.outcome import CheckResult, Outcome
-from provision.hostsession import LocalSession
+from provision.facts.session import LocalSession
 
 CHECK_FILE = "/etc/provision/node-check.json"
 FORMAT = 1

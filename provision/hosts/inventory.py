@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from provision.connection import connection_model
+from provision.hosts.connection import connection_model
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
 from provision.spec.keys import key_form

@@ -24,8 +24,8 @@ import sushy
 from sushy import exceptions as sushy_errors
 
 from provision.errors import Refusal
-from provision.secrets import resolve
 from provision.spec import LoadedSpec
+from provision.spec.secrets import resolve
 from provision.spec.semantics import ResolvedNode
 
 POLL_S = 0.5

@@ -20,9 +20,9 @@ from typing import Any
 from provision import evidence
 from provision.errors import UsageProblem
 from provision.evidence import EvidenceError
-from provision.fabric_routes import routing_for
-from provision.fabric_view import FabricView
-from provision.ib_fabric import design_endpoint, read_observed
+from provision.network.routes import routing_for
+from provision.network.sources import design_endpoint, read_observed
+from provision.network.view import FabricView
 from provision.spec.model import LinkHealth
 from provision.state.layout import fabric_dir
 from provision.state.store import StateStore
@@ -254,7 +254,7 @@ def findings(view: FabricView, directory: Path | None, request: FlapsRequest,
              ) -> tuple[Report, list[dict[str, Any]]]:
     """The suspect cables the evidence names, each with its cable's history: reading only (the report and the
     metrics read link health here; ``topology flaps`` then writes the actions and disables ports in
-    :mod:`provision.cable_repairs`). ``directory``: the state directory whose store holds each cable's repair
+    :mod:`provision.repairs.cables`). ``directory``: the state directory whose store holds each cable's repair
     history (None: no history, as for a fabric given by its plans alone)."""
     fabric = view.fabric
     default_evidence(view, directory, request)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provision import bmc
-from provision.observe import open_session
+from provision.hosts import bmc
+from provision.hosts.remote import open_session
 from provision.spec import LoadedSpec
 
 #: The gpu_driver role's reboot tasks: over SSH (the reboot module) and over a local connection (boot id loop).

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision.errors import UsageProblem
-from provision.run_context import SpecIdentity, mutating_run
+from provision.run.context import SpecIdentity, mutating_run
 from provision.spec import LoadedSpec
 from provision.state import NodeRecord, NodeState, StateStore
 from topology import hostlist

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from provision.capacity import capacity
+from provision.fleet.capacity import capacity
 from provision.report.gather import busbw_rows, gpu_rows, link_health, node_records, pair_rows
 from provision.spec import LoadedSpec
 from provision.state import NodeState, StateStore

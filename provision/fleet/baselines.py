@@ -19,7 +19,7 @@ from typing import Any
 from provision.checks import baseline
 from provision.checks.outcome import CheckResult
 from provision.errors import Refusal
-from provision.run_context import mutating_run
+from provision.run.context import mutating_run
 from provision.spec import LoadedSpec
 from provision.spec.model import HardwareProfile
 from provision.spec.semantics import ResolvedNode

@@ -1,8 +1,8 @@
 """The check file ``provision node-check`` reads on a node: the controller's own preflight expectations for that
 node, written once per node for the node_check role to copy (``/etc/provision/node-check.json``).
 
-Written here, on the controller, from the spec; read by :mod:`provision.node_check` on the node, where there is no
-spec: the file carries everything the checks compare against.
+Written here, on the controller, from the spec; read by :mod:`provision.node_check.on_node` on the node, where
+there is no spec: the file carries everything the checks compare against.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.checks.spec_expectations import expectations
-from provision.node_check import FORMAT
+from provision.node_check.on_node import FORMAT
 from provision.spec import LoadedSpec
 
 
