@@ -75,6 +75,23 @@ def test_step_time_shapes() -> None:
     assert step_time_shape(growing)[1].startswith("growing")
 
 
+def test_a_rhythm_holds_through_the_machines_own_slow_steps() -> None:
+    """Seen on this machine (issue 55's faulty bench, seed 21): a step slow every 5 steps, trained again while
+    another suite loaded the CPUs, was no longer "periodic" under a rule that wanted every gap equal, and the node
+    was admitted. The beat holds with a slow step of the machine's between two beats and one beat hidden; slow
+    steps spread evenly over a loaded machine, or a burst, are no rhythm."""
+    beat = [0.05 if step % 5 == 4 else 0.01 for step in range(32)]
+    noisy = [0.04 if step in (9, 23) else value for step, value in enumerate(beat)]  # two of the machine's
+    noisy[19] = 0.01  # one beat the machine hid
+    assert step_time_shape(noisy)[1] == "periodic: a step over 2x the median every 5 steps"
+    from provision.burnin.training import rhythm
+
+    assert rhythm([0, 1, 2, 3, 4, 5], 30) is None  # a burst
+    assert rhythm([1, 4, 8, 11, 13, 17, 20, 26, 28], 30) is None  # a third of the steps slow, evenly: erratic
+    assert rhythm([3, 8, 13], 30) is None  # three beats are too few to call
+    assert rhythm([3, 8, 13, 18, 23], 30) == 5
+
+
 def _run(node: str, rank: int, times: list[float]) -> NodeRun:
     return NodeRun(node, rank, records=[{"type": "result", "local_rank": local, "device": "cpu",
                                          "ddp_step_s": times, "fsdp_step_s": times} for local in range(4)])
