@@ -114,7 +114,9 @@ def test_every_registered_fact_is_walked() -> None:
     # judged elsewhere, each with its own silence test (the soak's telemetry: test_soak_trends, a series that
     # stopped is unknown)
     others = {"nccl_all_reduce_perf", "slurm_nodes", "sinfo", "gpu_query_fields", "query_xml", "gpu_telemetry",
-              *(f"dcgm_diag_r{level}" for level in (1, 2, 3, 4))}
+              *(f"dcgm_diag_r{level}" for level in (1, 2, 3, 4)),
+              # an NVLink domain's, judged by provision.checks.nvlink_domain (tests/test_nvlink_domain.py)
+              "gpu_fabric", "imex_status", "imex_nodes", "imex_config", "imex_peers", "imex_channels", "nvlsm_start"}
     assert set(FACTS) == set(PREFLIGHT_FACTS) | others
 
 

@@ -108,6 +108,58 @@ def parse_query_xml(text: str) -> SmiReport:
     return report
 
 
+#: The flags of the Fabric block's Health (driver 560 on; older drivers print fewer): ``True`` is a fault.
+FABRIC_HEALTH_FLAGS = ("Route Recovery in progress", "Route Unhealthy", "Access Timeout Recovery",
+                       "Incorrect Configuration")
+
+
+@dataclass(frozen=True)
+class GpuFabric:
+    """One GPU's place in an NVLink domain as ``nvidia-smi -q`` prints it (field guide 8.2): the Fabric block
+    (``State``, ``Status``, ``CliqueId``, ``ClusterUUID``, ``Health``) and Platform Info (where the tray sits).
+    Every value as printed (``N/A`` where the driver says so, ``""`` where it printed nothing): a GPU is named by
+    its UUID, because the two GPUs of a GB200 superchip share a serial number."""
+
+    pci: str
+    uuid: str
+    product: str
+    state: str
+    status: str
+    clique_id: str
+    cluster_uuid: str
+    health: dict[str, str]
+    chassis_serial: str
+    slot: str
+    tray_index: str
+    host_id: str
+    module_id: str
+    c2c_mode: str
+
+
+def parse_gpu_fabric(text: str) -> list[GpuFabric]:
+    """``nvidia-smi -q``: each GPU's Fabric block and Platform Info. A report with no GPU section, or a GPU with no
+    Fabric block at all (a driver before 550 prints none), is refused: silence about the fabric is not a
+    healthy fabric."""
+    report = parse_query_report(text)
+    found = []
+    for pci, tree in report.gpus.items():
+        fabric = tree.get("Fabric")
+        if not isinstance(fabric, dict):
+            raise ValueError(f"GPU {pci} has no Fabric block in nvidia-smi -q (a driver before 550 prints none)")
+        platform = tree.get("Platform Info")
+        platform = platform if isinstance(platform, dict) else {}
+        health = fabric.get("Health")
+        found.append(GpuFabric(
+            pci=pci.lower(), uuid=str(tree.get("GPU UUID", "")), product=str(tree.get("Product Name", "")),
+            state=str(fabric.get("State", "")), status=str(fabric.get("Status", "")),
+            clique_id=str(fabric.get("CliqueId", "")), cluster_uuid=str(fabric.get("ClusterUUID", "")),
+            health={key: str(value) for key, value in health.items()} if isinstance(health, dict) else {},
+            chassis_serial=str(platform.get("Chassis Serial Number", "")), slot=str(platform.get("Slot Number", "")),
+            tray_index=str(platform.get("Tray Index", "")), host_id=str(platform.get("Host ID", "")),
+            module_id=str(platform.get("Module Id", "")), c2c_mode=str(tree.get("GPU C2C Mode", ""))))
+    return found
+
+
 @dataclass
 class NvlinkGpu:
     index: int
@@ -425,3 +477,5 @@ NVLINK_ERRORS = fact.command("nvlink_errors", ["nvidia-smi", "nvlink", "-e"], pa
 TOPOLOGY = fact.command("topology", ["nvidia-smi", "topo", "-m"], parse_topo_matrix)
 #: The whole of ``-q`` as XML: what telemetry collectors read (a soak's polls), element names stable across drivers.
 QUERY_XML = fact.command("query_xml", ["nvidia-smi", "-q", "-x"], parse_query_xml)
+#: The whole report: nvidia-smi has no display filter for the Fabric block or Platform Info.
+GPU_FABRIC = fact.command("gpu_fabric", ["nvidia-smi", "-q"], parse_gpu_fabric)

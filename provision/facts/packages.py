@@ -3,6 +3,7 @@ state (``systemctl show``)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from provision.facts import fact
@@ -79,5 +80,46 @@ def parse_unit_properties(text: str) -> UnitState:
 #: The NVSwitch fabric manager's state: on an HGX board CUDA does not start without it (error 802).
 FABRIC_MANAGER = fact.command("fabric_manager", ["systemctl", "show", "nvidia-fabricmanager",
                                                  "--property=LoadState,ActiveState,SubState"], parse_unit_properties)
+
+@dataclass(frozen=True)
+class NvlsmStart:
+    """What the fabric manager's start says on an HGX B200/B300 (field guide 8.1): the ConnectX bridge ports it
+    found to the NVSwitches (``NVSwitch LPF``, device and GUID: in ``ibstat`` but no compute rail), the one it
+    manages them through, and NVLSM (the NVSwitch subnet manager) started with its version."""
+
+    bridge_ports: dict[str, str]
+    management_guid: str
+    nvlsm_command: str
+    opensm_version: str
+
+
+_LPF = re.compile(r"found NVSwitch LPF: device=(\S+) guid=(0x[0-9a-fA-F]+)")
+_MANAGEMENT = re.compile(r"using NVSwitch management port GUID: (0x[0-9a-fA-F]+)")
+_NVLSM_COMMAND = re.compile(r"running command: (\S*nvlsm\b.*)$")
+_OPENSM = re.compile(r"nvlsm: OpenSM (\S+)")
+
+
+def parse_nvlsm_start(text: str) -> NvlsmStart:
+    """The fabric manager's journal (its wrapper's lines and NVLSM's, whatever prefix the log collector put before
+    them). A journal that names no bridge port and no NVLSM start says nothing about NVLSM: refused."""
+    ports: dict[str, str] = {}
+    management = command = version = ""
+    for line in text.replace("\r\n", "\n").split("\n"):
+        if match := _LPF.search(line):
+            ports[match.group(1)] = match.group(2).lower()
+        elif match := _MANAGEMENT.search(line):
+            management = match.group(1).lower()
+        elif match := _NVLSM_COMMAND.search(line):
+            command = match.group(1).strip()
+        elif match := _OPENSM.search(line):
+            version = match.group(1)
+    if not ports and not command:
+        raise ValueError("the fabric manager's journal names no NVSwitch bridge port (LPF) and no NVLSM start")
+    return NvlsmStart(ports, management, command, version)
+
+
+#: The fabric manager's journal this boot: on Blackwell HGX it starts NVLSM through the bridge ports.
+NVLSM_START = fact.command("nvlsm_start", ["journalctl", "-u", "nvidia-fabricmanager", "-b", "-o", "cat",
+                                           "--no-pager"], parse_nvlsm_start)
 #: What dpkg has installed, and at which version (the fabric manager must be at the driver's).
 DPKG_STATUS = fact.file("dpkg_status", "/var/lib/dpkg/status", parse_dpkg_status)

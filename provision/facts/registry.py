@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from provision.facts import dcgm, infiniband, kernel_log, lspci, nccl_tests, nvidia_smi, packages, slurm, system
+from provision.facts import (
+    dcgm,
+    imex,
+    infiniband,
+    kernel_log,
+    lspci,
+    nccl_tests,
+    nvidia_smi,
+    packages,
+    slurm,
+    system,
+)
 from provision.facts.fact import Fact
 
 _ALL: tuple[Fact[Any], ...] = (
@@ -14,6 +25,7 @@ _ALL: tuple[Fact[Any], ...] = (
     infiniband.IBSTAT, infiniband.INFINIBAND, system.DF, system.SWAPS, system.CMDLINE, packages.MODULES,
     packages.PEERMEM_REGISTRATION, packages.FABRIC_MANAGER, packages.DPKG_STATUS,
     nccl_tests.ALL_REDUCE_PERF, slurm.SLURM_NODES, slurm.SINFO, nvidia_smi.QUERY_XML, *dcgm.DIAG.values(),
-    dcgm.VERSION,
+    dcgm.VERSION, nvidia_smi.GPU_FABRIC, imex.IMEX_STATUS, imex.IMEX_NODES, imex.IMEX_CONFIG, imex.IMEX_PEERS,
+    imex.IMEX_CHANNELS, packages.NVLSM_START,
 )
 FACTS: dict[str, Fact[Any]] = {fact.name: fact for fact in _ALL}
