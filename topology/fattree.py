@@ -44,7 +44,7 @@ def leaf_name(naming: Naming, su: int, rail: int) -> str:
 
 
 @bulk
-def build_design(
+def build_design(  # noqa: C901 - one dimensioning read top to bottom: tiers, then each tier's switches and cables
     dims: FabricDimensions, hosts: list[HostRails], hosts_per_su: int, rails: int, *, naming: Naming = Naming(),
     rate: str = "NDR",
 ) -> Fabric:

@@ -112,7 +112,7 @@ def _unfinished(table: SwitchTable) -> LftError:
     return LftError(f"the table of switch {table.guid} ends without its count of lids (cut short?)", table.line)
 
 
-def parse_lfts(text: str) -> ForwardingTables:
+def parse_lfts(text: str) -> ForwardingTables:  # noqa: C901 - one pass over three dump formats whose lines interleave
     """Any of the three dumps: ibdiagnet's by its stanza headers, the other two by their header's description
     (``(desc)`` or ``('desc')``) and entries (``:`` or ``#``)."""
     if re.search(r"^\s*osm_ucast_mgr_dump_ucast_routes:", text, re.MULTILINE):

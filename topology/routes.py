@@ -35,7 +35,7 @@ def hop_distances(graph: nx.Graph, sources: list[str]) -> dict[str, dict[str, in
     return {source: dict(nx.single_source_shortest_path_length(graph, source)) for source in sources}
 
 
-def route(fabric: Fabric, source: str, target: str) -> Route | None:
+def route(fabric: Fabric, source: str, target: str) -> Route | None:  # noqa: C901 - D-mod-K's up and down phases, read as the algorithm is written
     """Shortest up*/down* route between two nodes, or None when they are not connected that way."""
     graph, nodes = fabric.graph, fabric.graph.nodes
 

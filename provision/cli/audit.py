@@ -12,6 +12,7 @@ from provision.cli.topology import topology
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
 from provision.evidence import Reading
 from provision.network.sources import (
+    AuditReport,
     Plans,
     audit_change,
     cabling_label,
@@ -72,8 +73,14 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
         code = _print_change(audit_change(loaded if view.designed else None, planned.cables, before, discovery),
                              baseline, observed, as_json, partial)
         return EXIT_PROBLEMS if partial else code
-    report = view.audit(discovery)
-    not_applicable = [] if view.designed else list(RULES)
+    return _render_audit(view.audit(discovery), view.designed, planned, observed, reading, len(discovery.skipped),
+                         as_json)
+
+
+def _render_audit(report: AuditReport, designed: bool, planned: Plans, observed: Path, reading: Reading,
+                  unparsed: int, as_json: bool) -> int:
+    """The audit's verdict, as JSON or as a table, and its exit code: partly read is not 'no problems'."""
+    not_applicable = [] if designed else list(RULES)
     attributes = planned.attributes()
     counts = {category: sum(1 for f in report.findings if f.category == category) for category in CATEGORIES}
     if as_json:
@@ -82,7 +89,7 @@ def topology_audit(spec: Path | None, observed: Path | None, plans: tuple[Path, 
                                if f.expected else {}} for f in report.findings],
                    "rules": {name: [v.as_dict() for v in found] for name, found in report.violations.items()},
                    "rules_not_applicable": not_applicable,
-                   "unparsed_lines": len(discovery.skipped), "unread_plan_rows": planned.unread,
+                   "unparsed_lines": unparsed, "unread_plan_rows": planned.unread,
                    "readings": [reading.as_dict()]})
         return EXIT_PROBLEMS if report.problems or reading.partial else EXIT_OK
     if not_applicable:

@@ -83,10 +83,16 @@ def topology_flaps(spec: Path | None, plans: tuple[Path, ...], events: tuple[Pat
     if not as_json:
         for line in view.plan_problems:
             err.print(f"provision: plan row not used: {line}", markup=False)
+    return _render_flaps(found, view.plan_problems, as_json)
+
+
+def _render_flaps(found: cable_repairs.FlapsOutcome, plan_problems: list[str], as_json: bool) -> int:
+    """The suspects, as JSON or as a table, and the exit code: nothing suspect in a partly read file is not
+    'no suspect cables'."""
     report, suspects = found.report, found.suspects
     partial = [reading for reading in report.readings if reading.partial]
     if as_json:
-        emit_json({"suspects": suspects, "ingestion": report.ingestion, "plan_problems": view.plan_problems,
+        emit_json({"suspects": suspects, "ingestion": report.ingestion, "plan_problems": plan_problems,
                    "readings": [reading.as_dict() for reading in report.readings],
                    "storms": [{"start": storm.start, "end": storm.end, "events": storm.events, "cables": storm.cables}
                               for storm in report.storms],

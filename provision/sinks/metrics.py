@@ -77,12 +77,21 @@ def _load_json(path: Path) -> Any:
 
 
 def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Family]:
+    """Every family the textfile carries: the nodes' states, the latest runs, the latest burn-in's figures, the
+    suspect cables and the soak's latest poll."""
     cluster = loaded.spec.cluster.name
+    runs = store.runs(limit=1000)
+    suspects = Family("provision_cable_suspect_score", "Link-health score of each suspect cable, by class")
+    for row in link_health(loaded, state_dir)["suspects"]:
+        suspects.add(row["score"], cluster=cluster, cable=row["cable"], **{"class": row["class"]})
+    return [*_node_families(loaded, store, cluster), *_run_families(runs, cluster), *_burnin_families(runs, cluster),
+            suspects, *soak_families(store, cluster)]
+
+
+def _node_families(loaded: LoadedSpec, store: StateStore, cluster: str) -> list[Family]:
     state = Family("provision_node_state", "1 for the lifecycle state the node is in, 0 for the others")
     since = Family("provision_node_state_since_timestamp_seconds", "When the node entered its current state")
     nodes = Family("provision_nodes", "Nodes of the spec in each lifecycle state")
-    outcome = Family("provision_check_outcome",
-                     "1 for the outcome of each check of the node's latest burn-in stage result")
     counts = {value.value: 0 for value in NodeState}
     for record in store.nodes():
         if not record.in_spec:
@@ -99,8 +108,10 @@ def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Fam
                     "Admitted nodes the delivery needs: ceil(nodes x (1 - admission.spare_fraction))")
     needed.add(capacity(sum(counts.values()), counts[NodeState.ADMITTED.value],
                         loaded.spec.admission.spare_fraction).needed, cluster=cluster)
+    return [nodes, needed, state, since]
 
-    runs = store.runs(limit=1000)
+
+def _run_families(runs: list[dict[str, Any]], cluster: str) -> list[Family]:
     duration = Family("provision_run_duration_seconds", "How long the latest run of each command took")
     exit_code = Family("provision_run_exit_code", "The exit code of the latest run of each command")
     finished = Family("provision_run_finished_timestamp_seconds", "When the latest run of each command ended")
@@ -115,7 +126,13 @@ def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Fam
             finished.add(end, cluster=cluster, command=row["command"])
         exit_code.add(row["exit_code"] if row["exit_code"] is not None else -1, cluster=cluster,
                       command=row["command"])
+    return [duration, exit_code, finished]
 
+
+def _burnin_families(runs: list[dict[str, Any]], cluster: str) -> list[Family]:
+    """The latest burn-in's verdicts per check and its figures: busbw, matmul, memory copy, pairs."""
+    outcome = Family("provision_check_outcome",
+                     "1 for the outcome of each check of the node's latest burn-in stage result")
     burnin = next((row for row in runs if row["command"] in BURNIN_COMMANDS
                    and any(Path(row["run_dir"]).glob("burnin-*.json"))), None)
     busbw = Family("provision_collective_busbw_bytes_per_second",
@@ -144,12 +161,7 @@ def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Fam
             slowest[key] = min(slowest.get(key, row["gbps"]), row["gbps"])
         for (hosts, rail), gbps in sorted(slowest.items()):
             pairs.add(gbps * GIGA / 8, cluster=cluster, hosts=hosts, rail=rail)
-
-    suspects = Family("provision_cable_suspect_score", "Link-health score of each suspect cable, by class")
-    for row in link_health(loaded, state_dir)["suspects"]:
-        suspects.add(row["score"], cluster=cluster, cable=row["cable"], **{"class": row["class"]})
-    return [nodes, needed, state, since, outcome, duration, exit_code, finished, busbw, matmul, memory, pairs, suspects,
-            *soak_families(store, cluster)]
+    return [outcome, busbw, matmul, memory, pairs]
 
 
 #: The soak's GPU series the metrics carry at their latest poll: series quantity -> (metric, help, scale to base

@@ -16,10 +16,10 @@ from pathlib import Path
 from provision.catalog import DCGM_LEVEL_TESTS, DCGM_OPTIONAL_TESTS, GPU_MODELS, dcgm_tests
 from provision.hostmodel.devices import describe
 from provision.spec.acceptance import required_node_hours, required_soak_hours
-from provision.spec.faults import CATALOG, resolve_params, target_problem
+from provision.spec.faults import CATALOG, FaultKind, resolve_params, target_problem
 from provision.spec.issues import did_you_mean
 from provision.spec.keys import key_form
-from provision.spec.model import ClusterSpec, NodeRuntime
+from provision.spec.model import ClusterSpec, HardwareProfile, NodeRuntime
 from provision.spec.source import Path_
 from topology import hostlist
 from topology.design import DesignError, FabricDimensions, FabricParameters, dimension
@@ -453,21 +453,26 @@ def _check_faults(spec: ClusterSpec, nodes: dict[str, ResolvedNode], problems: l
                                     did_you_mean(fault.node, nodes, list_all=False)))
             continue
         profile = spec.hardware.get(node.hardware)
-        if profile is None:
-            continue
-        problem = target_problem(kind, fault.target, profile.gpu.count, list(profile.rails))
-        if problem is None and kind.target == "bridge" and fault.target is not None:
-            bridges = [device.bdf for device in describe(node.name, profile, 0).devices if device.has_acs]
-            if fault.target not in bridges:
-                problem = f"has no ACS-capable bridge {fault.target}"
-        if problem is None and kind.layer == "rank" and kind.target == "hca" and spec.burnin is not None:
-            hca = fault.target or min(profile.rails, key=profile.rails.__getitem__)  # the injector's default
-            ranks = spec.burnin.ranks_per_node or profile.gpu.count
-            if profile.rails[hca] >= ranks:  # its rail's rank is never started: the fault could not act
-                problem = (f"{hca} is the rail of GPU {profile.rails[hca]}, but the burn-in starts {ranks} rank(s) "
-                           "a node (burnin.ranks_per_node): no test would use it")
-        if problem is not None:
+        if profile is not None and (problem := _node_target_problem(spec, node, profile, kind, fault.target)):
             problems.append(Problem((*path, "target") if fault.target else path, f"{node.name}: {problem}"))
+
+
+def _node_target_problem(spec: ClusterSpec, node: ResolvedNode, profile: HardwareProfile, kind: FaultKind,
+                         target: str | None) -> str | None:
+    """Why a node fault's target cannot act on that node's hardware: a GPU, rail or bridge it does not have, or a
+    rail whose rank the burn-in never starts."""
+    problem = target_problem(kind, target, profile.gpu.count, list(profile.rails))
+    if problem is None and kind.target == "bridge" and target is not None:
+        bridges = [device.bdf for device in describe(node.name, profile, 0).devices if device.has_acs]
+        if target not in bridges:
+            problem = f"has no ACS-capable bridge {target}"
+    if problem is None and kind.layer == "rank" and kind.target == "hca" and spec.burnin is not None:
+        hca = target or min(profile.rails, key=profile.rails.__getitem__)  # the injector's default
+        ranks = spec.burnin.ranks_per_node or profile.gpu.count
+        if profile.rails[hca] >= ranks:  # its rail's rank is never started: the fault could not act
+            problem = (f"{hca} is the rail of GPU {profile.rails[hca]}, but the burn-in starts {ranks} rank(s) "
+                       "a node (burnin.ranks_per_node): no test would use it")
+    return problem
 
 
 def _check_cable_targets(spec: ClusterSpec, nodes: list[ResolvedNode], dims: FabricDimensions,
