@@ -26,6 +26,8 @@ class GpuModel:
     #: The first DCGM release whose diagnostic knows this GPU (its SKU in nvvs/diag-skus.yaml.in, NVIDIA/DCGM's
     #: public tags; A100 80GB from the 2.0.15 release notes): an older DCGM runs its tests with no parameters for it.
     dcgm_min: str
+    #: The framebuffer nvidia-smi reports (``memory.total``, MiB), where a public capture gives it.
+    framebuffer_mib: int | None = None
 
 
 GPU_MODELS: dict[str, GpuModel] = {
@@ -35,7 +37,28 @@ GPU_MODELS: dict[str, GpuModel] = {
         GpuModel("H100-SXM-80GB", 80, 989.0, 3350.0, 18, 26.562, 370.0, "2330", "3.1.6"),
         GpuModel("H200-SXM-141GB", 141, 989.0, 4800.0, 18, 26.562, 370.0, "2335", "3.3.5"),
         GpuModel("B200-SXM-180GB", 180, 2250.0, 8000.0, 18, 53.125, 740.0, "2901", "4.1.1"),
+        # Blackwell Ultra and the Grace-Blackwell trays (field guide 8; figures and sources in docs/blackwell.md):
+        # HGX B300: 2.25 PF dense bf16, 288 GB / 8 TB/s HBM3e, 275040 MiB and 834.8 GB/s 8-GPU all_reduce busbw
+        # (OCI's B300 quickstart, NCCL 2.28.9), PCI 0x3182 (open-gpu-kernel-modules' README), DCGM 4.4.1.
+        GpuModel("B300-SXM-288GB", 288, 2250.0, 8000.0, 18, 53.125, 834.0, "3182", "4.4.1", 275040),
+        # A GB200 tray's GPU: 2.5 PF dense bf16 (NVIDIA's DGX GB200 figure at 1200 W; 2.25 is also quoted), 186 GB
+        # / 8 TB/s, 189471 MiB, four GPUs a tray: 680 GB/s all_reduce over one tray (Azure), PCI 0x2941, DCGM 4.2.3.
+        GpuModel("GB200-186GB", 186, 2500.0, 8000.0, 18, 53.125, 680.0, "2941", "4.2.3", 189471),
+        # A GB300 tray's GPU: 2.5 PF dense bf16, 288 GB / 8 TB/s, 284208 MiB, 685.2 GB/s over one 4-GPU tray (OCI's
+        # GB300 quickstart, NCCL 2.28.7), PCI 0x31c2, DCGM 4.4.1.
+        GpuModel("GB300-288GB", 288, 2500.0, 8000.0, 18, 53.125, 685.0, "31c2", "4.4.1", 284208),
     )
+}
+
+
+#: NCCL all_reduce busbw over one whole NVLink domain (MNNVL with NVLS), by GPUs in the domain, large messages:
+#: what a domain's collectives stage is judged against (field guide 8.4): GB200, 72 GPUs, 839 GB/s out of place at
+#: 4 GB (CoreWeave's nccl-tests README, NCCL 2.26.2); 64 GPUs (16 trays), 932 GB/s at 32 GB (OCI via dranet);
+#: GB300, 64 GPUs, 930.5 GB/s at 16 GB (OCI's GB300 quickstart). NVIDIA's own cluster validation sets 700 with a floor
+#: of 630 for an NVLS all_reduce.
+DOMAIN_ALLREDUCE_BUSBW: dict[str, dict[int, float]] = {
+    "GB200-186GB": {72: 839.0, 64: 932.0},
+    "GB300-288GB": {64: 930.5},
 }
 
 

@@ -258,3 +258,36 @@ def test_real_blackwell_nccl_tests_runs_are_read_or_refused(path: Path) -> None:
     assert rows and all(row.wrong == 0 for row in rows)
     if "1rack_72gpu" in path.name:  # CoreWeave's NVL72 figures (field guide 8.4): 839 out of place at 4 GB
         assert next(row for row in rows if row.size_bytes == 4 * 2**30).busbw_gbps == pytest.approx(839, abs=1)
+
+
+@pytest.mark.parametrize("model", ["GB200-186GB", "GB300-288GB"])
+def test_a_tray_gpu_is_refused_by_the_spec_with_its_place_and_reason(tmp_path: Path, model: str) -> None:
+    """The catalogue knows the Grace-Blackwell trays; a spec that would provision them as HGX hosts (and quarantine
+    healthy trays on PCIe Gen4 x1 and a fabric manager that must not run) is refused, located, until a domain can
+    be described (docs/blackwell.md)."""
+    import yaml
+
+    from provision.spec import load_spec
+    from provision.spec.issues import SpecError
+    from tests.simhelpers import write_spec
+
+    spec = write_spec(tmp_path, [])
+    data = yaml.safe_load(spec.read_text())
+    data["hardware"]["hgx-h100"]["gpu"] = {"model": model, "count": 4}
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(SpecError) as refused:
+        load_spec(spec)
+    assert "hardware.hgx-h100.gpu.model" in str(refused.value)
+    assert f"{model} trays cannot be provisioned yet" in str(refused.value)
+    data["hardware"]["hgx-h100"]["gpu"] = {"model": "B300-SXM-288GB", "count": 8}  # an HGX board: as B200 is
+    data["software"]["dcgm"] = "4.4.1"  # the first DCGM whose diagnostic knows B300 (4.2.3 is refused for it)
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    load_spec(spec)
+
+
+def test_the_catalogue_carries_the_figures_the_nvidia_smi_of_each_tray_prints() -> None:
+    """GB200's framebuffer as the real tray prints it (../shared/fixtures/blackwell/nvidia_smi_q: 189471 MiB)."""
+    from provision.catalog import DOMAIN_ALLREDUCE_BUSBW, GPU_MODELS
+
+    assert GPU_MODELS["GB200-186GB"].framebuffer_mib == 189471 and GPU_MODELS["GB200-186GB"].pci_device_id == "2941"
+    assert DOMAIN_ALLREDUCE_BUSBW["GB200-186GB"][72] == 839.0

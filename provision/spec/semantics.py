@@ -207,6 +207,17 @@ def _check_profiles(spec: ClusterSpec, problems: list[Problem]) -> None:
                                     "every rail needs exactly one HCA per host"))
         if profile.nvlink.nvswitch and not profile.nvlink.present:
             problems.append(Problem((*base, "nvlink", "nvswitch"), "NVSwitch without NVLink is not a real system"))
+        if profile.gpu.model in NVL_TRAY_MODELS:
+            problems.append(Problem((*base, "gpu", "model"), f"{profile.gpu.model} trays cannot be provisioned yet: "
+                                    "their NVLink domain, IMEX and aarch64 runtime are not built (docs/blackwell.md)",
+                                    "accept them with the vendor's tools for now; their facts and judgements are "
+                                    "in provision.checks.nvlink_domain"))
+
+
+#: Grace-Blackwell tray GPUs: described in the catalogue, refused by the spec until a domain can be provisioned
+#: (a tray is aarch64, runs no fabric manager and reads PCIe Gen4 x1 while healthy: judged as an HGX host it would
+#: be quarantined on good hardware).
+NVL_TRAY_MODELS = frozenset({"GB200-186GB", "GB300-288GB"})
 
 
 def _check_software(spec: ClusterSpec, problems: list[Problem]) -> None:

@@ -218,7 +218,7 @@ class Smi:
             "ecc.mode.current": (gpu["ecc_mode"], ""), "ecc.mode.pending": (gpu["ecc_mode"], ""),
             "ecc.errors.uncorrected.volatile.total": (str(gpu["ecc_uncorrected_volatile"]), ""),
             "ecc.errors.corrected.volatile.total": (str(gpu["ecc_corrected_volatile"]), ""),
-            "memory.total": (str(self.model.memory_gib * 1024 - 373), " MiB"),
+            "memory.total": (str(self.model.framebuffer_mib or self.model.memory_gib * 1024 - 373), " MiB"),
             "pcie.link.gen.current": (str(gen), ""), "pcie.link.gen.max": (str(max_gen), ""),
             "pcie.link.width.current": (str(width), ""), "pcie.link.width.max": (str(max_width), ""),
             "persistence_mode": ("Enabled" if service_active(self.state, "nvidia-persistenced") else "Disabled", ""),
