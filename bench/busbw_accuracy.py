@@ -23,7 +23,7 @@ import yaml
 
 from bench.simulated import example, provision_cli
 from provision.burnin.launch import LaunchResult, NodeRun, free_port, launch
-from provision.burnin.multinode import bus_bandwidth
+from provision.burnin.records import bus_bandwidth
 from provision.pipeline import default_state_dir
 from provision.spec import load_spec
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.burnin.launch import free_port
-from provision.burnin.multinode import BUS_FACTOR  # nccl-tests' factors, as the collectives stage uses them
+from provision.burnin.records import BUS_FACTOR  # nccl-tests' factors, as the collectives stage uses them
 from provision.catalog import GPU_MODELS, GpuModel
 from provision.facts.nccl_tests import NcclTestReport, busbw_at, parse_nccl_tests
 from provision.spec.thresholds import DEFAULT_INTRANODE_FRACTION, DEFAULT_MATMUL_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY

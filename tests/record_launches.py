@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from provision.burnin import multinode
+from provision.burnin import collectives
 from provision.burnin.launch import launch
 from provision.spec import load_spec
 from tests.launches import HERE, Recorder, scenario_spec
@@ -54,11 +54,11 @@ def record(name: str, faults: list[dict], directory: Path) -> dict:
     recorder = Recorder(launch)
     outcome: dict = {}
     try:
-        verdicts = multinode.run_collectives_stage(loaded, loaded.nodes, state_dir, port=23000,
+        verdicts = collectives.run_collectives_stage(loaded, loaded.nodes, state_dir, port=23000,
                                                    evidence_dir=directory / "workers", launcher=recorder)
         outcome["verdicts"] = {verdict.node: {"passed": verdict.passed, "check": verdict.check,
                                               "reason": verdict.reason} for verdict in verdicts}
-    except multinode.SYSTEMIC as stopped:
+    except collectives.SYSTEMIC as stopped:
         outcome["systemic"] = f"{type(stopped).__name__}: {stopped}"
     return {"scenario": name, "faults": faults, "hosts": hosts, "launches": recorder.launches, **outcome}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from provision.burnin import multinode, pairs, training
+from provision.burnin import collectives, node_stage, pairs, records, training
 from provision.burnin.launch import LaunchResult, NodeRun
 from provision.spec import load_spec
 from provision.spec.faults import CATALOG
@@ -92,8 +92,8 @@ def loaded(tmp_path: Path):
 
 def _collectives(loaded, tmp_path: Path, monkeypatch, behaviours: list[Behaviour]) -> tuple[dict, list]:
     launched: list[list[str]] = []
-    monkeypatch.setattr(multinode, "judge_slow_rails", lambda *args, **kwargs: {})
-    verdicts = multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
+    monkeypatch.setattr(collectives, "judge_slow_rails", lambda *args, **kwargs: {})
+    verdicts = collectives.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
                                                evidence_dir=tmp_path / "workers",
                                                launcher=_fake_launch(behaviours, launched))
     return {verdict.node: verdict for verdict in verdicts}, launched
@@ -103,7 +103,7 @@ def _collectives(loaded, tmp_path: Path, monkeypatch, behaviours: list[Behaviour
 @pytest.mark.parametrize("kind", ["init", "timeout", "silent", "short"])
 def test_collectives_that_failed_on_every_node_stop_as_systemic(loaded, tmp_path: Path, monkeypatch,
                                                                  kind: str) -> None:
-    with pytest.raises(multinode.FailedEverywhere, match="failed on every node"):
+    with pytest.raises(records.FailedEverywhere, match="failed on every node"):
         _collectives(loaded, tmp_path, monkeypatch, [dict.fromkeys(("sim01", "sim02", "sim03", "sim04"), kind)])
 
 
@@ -130,7 +130,7 @@ def test_a_node_with_missing_measurements_fails_on_its_own(loaded, tmp_path: Pat
 @pytest.mark.fast
 def test_nobody_passes_collectives_that_measured_nothing(loaded, tmp_path: Path, monkeypatch) -> None:
     """Only timeouts everywhere, and no culprit: not a pass for anyone."""
-    with pytest.raises(multinode.FailedEverywhere):
+    with pytest.raises(records.FailedEverywhere):
         _collectives(loaded, tmp_path, monkeypatch, [dict.fromkeys(("sim01", "sim02", "sim03", "sim04"),
                                                                    "timeout")])
 
@@ -169,7 +169,7 @@ def test_training_blames_the_node_that_failed_not_its_victims(loaded, tmp_path: 
 @pytest.mark.parametrize("kind", ["init", "silent"])
 def test_training_that_failed_on_every_node_stops_as_systemic(loaded, tmp_path: Path, monkeypatch,
                                                               kind: str) -> None:
-    with pytest.raises(multinode.FailedEverywhere, match="training failed on every node"):
+    with pytest.raises(records.FailedEverywhere, match="training failed on every node"):
         _training(loaded, tmp_path, monkeypatch, [dict.fromkeys(("sim01", "sim02", "sim03", "sim04"), kind)])
 
 
@@ -178,7 +178,7 @@ def test_training_that_failed_on_every_node_stops_as_systemic(loaded, tmp_path: 
 def test_the_node_stage_fails_a_node_whose_workers_gave_nothing(kind: str) -> None:
     records = _errors(0, 4, NCCL_INIT) if kind == "init" else []
     run = NodeRun("sim01", 0, records=[*records, _agent(4, int(kind == "init"))])
-    checks = multinode.judge_node(run, 4, {})
+    checks = node_stage.judge_node(run, 4, {})
     assert [check.outcome.value for check in checks] == ["failed"], checks
 
 

@@ -48,7 +48,7 @@ def test_reentry_without_preflight_still_carries_the_first_stage(tmp_path: Path)
 
 def test_a_node_test_that_did_not_finish_is_run_again_alone_before_it_fails(tmp_path: Path, monkeypatch) -> None:
     """Workers that never met at rendezvous on a busy controller are not a bad GPU: one repeat, alone, decides."""
-    from provision.burnin import multinode
+    from provision.burnin import node_stage
     from provision.checks.outcome import CheckResult, Outcome
     from provision.spec import load_spec
     from tests.simhelpers import write_spec
@@ -65,8 +65,8 @@ def test_a_node_test_that_did_not_finish_is_run_again_alone_before_it_fails(tmp_
                 if (first and node.name in ("sim02", "sim03")) or node.name == "sim03"
                 else [CheckResult("matmul", Outcome.OK, "fine")] for node in nodes}
 
-    monkeypatch.setattr(multinode, "_node_batches", batches)
-    verdicts = {verdict.node: verdict for verdict in multinode.run_node_stage(
+    monkeypatch.setattr(node_stage, "_node_batches", batches)
+    verdicts = {verdict.node: verdict for verdict in node_stage.run_node_stage(
         loaded, loaded.nodes, tmp_path, seed=1, evidence_dir=tmp_path / "workers")}
     assert launches == [(["sim01", "sim02", "sim03"], 8), (["sim02", "sim03"], 1)]
     assert verdicts["sim01"].passed and verdicts["sim02"].passed
@@ -113,7 +113,7 @@ def test_a_step_time_shape_is_trained_again_before_it_fails(tmp_path: Path, monk
 def test_a_straggler_repeat_moves_rank_0_to_a_host_not_under_suspicion(tmp_path: Path, monkeypatch) -> None:
     """Whoever holds node rank 0 also serves the rendezvous store. A straggler that follows rank 0 is the role,
     not the host; one that stays with its host through the repeat is the host."""
-    from provision.burnin import multinode
+    from provision.burnin import collectives
     from provision.burnin.launch import LaunchResult, NodeRun
     from provision.spec import load_spec
     from tests.simhelpers import write_spec
@@ -140,14 +140,14 @@ def test_a_straggler_repeat_moves_rank_0_to_a_host_not_under_suspicion(tmp_path:
         return launch
 
     # rank 0's host is always the slow one
-    verdicts = multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
+    verdicts = collectives.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
                                                evidence_dir=tmp_path / "role", launcher=fake_launch(None))
     assert orders == [["sim01", "sim02", "sim03", "sim04"], ["sim02", "sim03", "sim04", "sim01"]]
     assert all(verdict.passed for verdict in verdicts), [verdict.reason for verdict in verdicts]
 
     orders.clear()
     # sim01 is slow wherever it runs
-    verdicts = multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
+    verdicts = collectives.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000,
                                                evidence_dir=tmp_path / "host", launcher=fake_launch("sim01"))
     assert orders[1][0] == "sim02"
     failed = {verdict.node: verdict.reason for verdict in verdicts if not verdict.passed}
@@ -158,7 +158,7 @@ def test_a_cpu_worker_is_a_straggler_only_far_past_the_machines_noise() -> None:
     """On GPUs a rank 1.8x the fleet's median time outside collectives is a straggler; CPU workers share a busy
     machine's cores (healthy ones were quarantined at 2.95x and 3.7x, issue 55), so only one far past that noise
     is: the simulator's rank_slow at factor 0.2 was recorded at 69x and 74x (tests/data/launches/rank_slow.json)."""
-    from provision.burnin import multinode
+    from provision.burnin import records
     from provision.burnin.launch import LaunchResult, NodeRun
 
     def launch(device: str, slow: float) -> LaunchResult:
@@ -168,11 +168,11 @@ def test_a_cpu_worker_is_a_straggler_only_far_past_the_machines_noise() -> None:
             for local in range(2)]) for index in range(4)]
         return LaunchResult("collectives", runs, 2)
 
-    assert list(multinode.stragglers(launch("cuda:0", 1.8), 5.0)) == ["sim03"]
-    assert multinode.stragglers(launch("cpu", 1.8), 5.0) == {}
-    assert multinode.stragglers(launch("cpu", 3.7), 5.0) == {}, "issue 55's healthy host at robust z 10.9"
-    assert "sim03" in multinode.stragglers(launch("cpu", 8.0), 5.0)
-    assert "sim03" in multinode.stragglers(launch("cpu", 69.0), 5.0)  # the simulator's rank_slow (factor 0.2)
+    assert list(records.stragglers(launch("cuda:0", 1.8), 5.0)) == ["sim03"]
+    assert records.stragglers(launch("cpu", 1.8), 5.0) == {}
+    assert records.stragglers(launch("cpu", 3.7), 5.0) == {}, "issue 55's healthy host at robust z 10.9"
+    assert "sim03" in records.stragglers(launch("cpu", 8.0), 5.0)
+    assert "sim03" in records.stragglers(launch("cpu", 69.0), 5.0)  # the simulator's rank_slow (factor 0.2)
 
 
 def _provisioned(state: Path, nodes: list[ResolvedNode]) -> Path:

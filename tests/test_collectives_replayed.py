@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.burnin import multinode
+from provision.burnin import collectives, records
 from provision.spec import load_spec
 from tests.launches import HERE, Replay, load, scenario_spec
 
@@ -36,9 +36,9 @@ def _stage(name: str, tmp_path: Path) -> tuple[dict, Replay, object]:
     loaded = load_spec(scenario_spec(tmp_path, recording["faults"], recording["hosts"]))
     replay = Replay(recording)
     try:
-        outcome: object = {verdict.node: verdict for verdict in multinode.run_collectives_stage(
+        outcome: object = {verdict.node: verdict for verdict in collectives.run_collectives_stage(
             loaded, loaded.nodes, tmp_path, port=23000, evidence_dir=tmp_path / "workers", launcher=replay)}
-    except multinode.SYSTEMIC as stopped:
+    except collectives.SYSTEMIC as stopped:
         outcome = stopped
     return recording, replay, outcome
 
@@ -89,8 +89,8 @@ def test_a_stop_as_systemic_keeps_the_nodes_already_failed_on_their_own(tmp_path
     recording = {**recording, "launches": [first, _without(first, "sim02")]}
     loaded = load_spec(scenario_spec(tmp_path, recording["faults"], recording["hosts"]))
     replay = Replay(recording)
-    with pytest.raises(multinode.FailedEverywhere) as stopped:
-        multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=23000,
+    with pytest.raises(records.FailedEverywhere) as stopped:
+        collectives.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=23000,
                                         evidence_dir=tmp_path / "workers", launcher=replay)
     assert "failed on every node (3 of 3) in attempt 2" in str(stopped.value)
     (hung,) = stopped.value.established
@@ -107,7 +107,7 @@ def test_a_node_left_alone_once_the_hung_node_is_removed_waits_and_is_not_failed
     recording = {**recording, "launches": [first]}
     loaded = load_spec(scenario_spec(tmp_path, recording["faults"], "sim[01-02]"))
     replay = Replay(recording)
-    verdicts = {verdict.node: verdict for verdict in multinode.run_collectives_stage(
+    verdicts = {verdict.node: verdict for verdict in collectives.run_collectives_stage(
         loaded, loaded.nodes, tmp_path, port=23000, evidence_dir=tmp_path / "workers", launcher=replay)}
     assert (verdicts["sim02"].failed, verdicts["sim02"].check) == (True, "watchdog"), verdicts["sim02"].reason
     alone = verdicts["sim01"]
@@ -136,8 +136,8 @@ def test_two_nodes_whose_wrong_sums_cannot_be_split_both_wait(tmp_path: Path, mo
         searched.append([node.name for node in nodes])
         return Isolation(untestable=[node.name for node in nodes], launches=2, rounds=1)
 
-    monkeypatch.setattr(multinode, "isolate_wrong_results", isolation)
-    verdicts = {verdict.node: verdict for verdict in multinode.run_collectives_stage(
+    monkeypatch.setattr(collectives, "isolate_wrong_results", isolation)
+    verdicts = {verdict.node: verdict for verdict in collectives.run_collectives_stage(
         loaded, loaded.nodes, tmp_path, port=23000, evidence_dir=tmp_path / "workers", launcher=Replay(recording))}
     assert searched == [pair]
     for node in pair:

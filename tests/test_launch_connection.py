@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from fabric_tests.protocol import MARKER
+from provision.burnin import collectives, records
 from provision.burnin import launch as launch_module
-from provision.burnin import multinode
 from provision.checks.outcome import Outcome
 from provision.hosts.remote import CommandResult
 from provision.spec import load_spec
@@ -58,7 +58,7 @@ def _launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drops: dict[str, in
     monkeypatch.setattr(launch_module, "open_session", sessions)
     nodes = [node for node in loaded.nodes if node.name in first["nodes"]]
     result = launch_module.launch(loaded, tmp_path, nodes, test=first["test"], nproc=first["nproc"],
-                                  params=multinode.collective_params(loaded), deadline_s=60, port=23000)
+                                  params=collectives.collective_params(loaded), deadline_s=60, port=23000)
     return result, sessions
 
 
@@ -66,13 +66,13 @@ def test_a_connection_dropped_once_is_launched_again_and_judged_as_measured(tmp_
     result, sessions = _launch(tmp_path, monkeypatch, {"sim02": 1})
     assert sessions.opened == 2 * len(result.nodes)  # the whole world again: its ranks had lost a peer
     assert not any(run.unfinished for run in result.nodes)
-    assert multinode.lost_nodes(result, check="collectives", doing="inside a collective", timeout_s=10,
+    assert records.lost_nodes(result, check="collectives", doing="inside a collective", timeout_s=10,
                                 when="attempt 1") == {}
 
 
 def test_a_connection_that_keeps_dropping_leaves_the_node_unknown_not_failed(tmp_path, monkeypatch) -> None:
     result, _ = _launch(tmp_path, monkeypatch, {"sim02": launch_module.LAUNCH_ATTEMPTS})
-    lost = multinode.lost_nodes(result, check="collectives", doing="inside a collective", timeout_s=10,
+    lost = records.lost_nodes(result, check="collectives", doing="inside a collective", timeout_s=10,
                                 when="attempt 1")
     assert set(lost) == {"sim02"}
     (check,) = lost["sim02"]

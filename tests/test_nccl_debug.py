@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from provision.burnin.collectives import judge_transport
 from provision.burnin.launch import NodeRun
-from provision.burnin.multinode import judge_transport
 from provision.checks.outcome import Outcome
 from provision.facts.nccl_debug import parse_nccl_debug
 from provision.hosts.remote import CommandResult

@@ -68,7 +68,7 @@ def test_the_collectives_stage_stops_a_slow_fleet_as_systemic(tmp_path: Path, mo
     nobody's sum is wrong, so only the design can say the fleet is slow."""
     import yaml
 
-    from provision.burnin import multinode
+    from provision.burnin import collectives
     from provision.burnin.launch import LaunchResult, NodeRun
 
     spec = write_spec(tmp_path, [], hosts="sim[01-04]")
@@ -93,7 +93,7 @@ def test_the_collectives_stage_stops_a_slow_fleet_as_systemic(tmp_path: Path, mo
             runs.append(NodeRun(node.name, index, records=records))
         return LaunchResult(test, runs, nproc)
 
-    monkeypatch.setattr(multinode, "judge_slow_rails", lambda *args, **kwargs: {})
-    with pytest.raises(multinode.WorldSystemic, match="below world_busbw_gbps 320"):
-        multinode.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000, evidence_dir=tmp_path / "w",
+    monkeypatch.setattr(collectives, "judge_slow_rails", lambda *args, **kwargs: {})
+    with pytest.raises(collectives.WorldSystemic, match="below world_busbw_gbps 320"):
+        collectives.run_collectives_stage(loaded, loaded.nodes, tmp_path, port=20000, evidence_dir=tmp_path / "w",
                                         launcher=launch)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from provision.burnin import dcgm, multinode, pairs, soak, training
+from provision.burnin import collectives, dcgm, node_stage, pairs, records, soak, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.preflight import check_runtimes, run_preflight
 from provision.burnin.verdict import NodeVerdict
@@ -52,7 +52,7 @@ def _node(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]
     """Each node alone, judged against its node-mates, the catalogue and the fleet's baseline; a whole delivery
     below its baseline is systemic (a setting every node shares), nobody's quarantine."""
     against = baselines.Judge(context.store, context.loaded, context.campaign)
-    verdicts = multinode.run_node_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
+    verdicts = node_stage.run_node_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
                                         evidence_dir=context.run.path / "workers", against=against)
     measured = [verdict for verdict in verdicts if verdict.figures]
     below = against.delivery(nodes, {verdict.node: verdict.figures for verdict in measured},
@@ -105,10 +105,10 @@ class StageStopped(SystemicFailure):
 
 def _collectives(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     try:
-        verdicts = multinode.run_collectives_stage(context.loaded, nodes, context.store.state_dir,
+        verdicts = collectives.run_collectives_stage(context.loaded, nodes, context.store.state_dir,
                                                    port=free_port(_seed(context)),
                                                    evidence_dir=context.run.path / "workers")
-    except multinode.SYSTEMIC as problem:
+    except collectives.SYSTEMIC as problem:
         raise StageStopped(str(problem), problem.established) from None
     return verdicts
 
@@ -118,7 +118,7 @@ def _training(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerd
         verdicts = training.run_training_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
                                                port=free_port(_seed(context) + 1), run_id=context.run.id,
                                                evidence_dir=context.run.path / "workers")
-    except multinode.FailedEverywhere as problem:
+    except records.FailedEverywhere as problem:
         raise SystemicFailure(str(problem)) from None
     return verdicts
 

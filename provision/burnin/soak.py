@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provision.burnin import multinode
+from provision.burnin import node_stage
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks import preflight, soak
 from provision.checks.outcome import CheckResult, Outcome
@@ -150,7 +150,7 @@ class SoakStage:
         self.settings = loaded.spec.burnin.soak
         self.scale = loaded.spec.simulation.time_scale if loaded.spec.simulation is not None else 1.0
         self.forks, self.evidence_dir = max(1, forks), evidence_dir
-        self.load = load or (lambda nodes, directory: multinode.run_node_stage(
+        self.load = load or (lambda nodes, directory: node_stage.run_node_stage(
             loaded, nodes, store.state_dir, seed=seed, evidence_dir=directory, hold_s=self._hold_s(),
             batch=len(nodes)))  # every node under load at once: a node waiting for its batch is a node at rest
         self.rails = {node.name: limits(loaded, node, self.settings).ports for node in nodes}  # once, not per poll

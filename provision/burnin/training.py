@@ -15,14 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.burnin.launch import Launcher, LaunchResult, NodeRun, launch
-from provision.burnin.multinode import (
-    culprits,
-    keep_logs,
-    lost_nodes,
-    raised_errors,
-    unfinished_workers,
-    worker_problems,
-)
+from provision.burnin.records import culprits, keep_logs, lost_nodes, raised_errors, unfinished_workers, worker_problems
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks.node_stage import on_gpu
 from provision.checks.outcome import CheckResult, Outcome
