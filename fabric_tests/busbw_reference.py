@@ -12,6 +12,7 @@ machine hits both alike.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,7 @@ def reference_seconds(tensor: torch.Tensor, warmup: int, iters: int, device: tor
     return (time.perf_counter() - started) / iters
 
 
-def run(context: dict) -> dict:
+def run(context: dict[str, Any]) -> dict[str, Any]:
     params = context["params"]
     rank, world = context["rank"], context["nproc"] * context["nnodes"]
     device = device_for(context["local_rank"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -55,12 +56,12 @@ class Buffers:
 
     def post(self, group: dist.ProcessGroup | None) -> dist.Work:
         if self.op == "all_reduce":
-            return dist.all_reduce(self.input, group=group, async_op=True)
+            return cast("dist.Work", dist.all_reduce(self.input, group=group, async_op=True))
         if self.op == "all_gather":
-            return dist.all_gather_into_tensor(self.output, self.input, group=group, async_op=True)
+            return cast("dist.Work", dist.all_gather_into_tensor(self.output, self.input, group=group, async_op=True))
         if self.op == "reduce_scatter":
-            return dist.reduce_scatter_tensor(self.output, self.input, group=group, async_op=True)
-        return dist.all_to_all_single(self.output, self.input, group=group, async_op=True)
+            return cast("dist.Work", dist.reduce_scatter_tensor(self.output, self.input, group=group, async_op=True))
+        return cast("dist.Work", dist.all_to_all_single(self.output, self.input, group=group, async_op=True))
 
     def correct(self) -> bool:
         return bool(torch.equal(self.output, self.expected))
@@ -92,7 +93,7 @@ class Sequencer:
 
 
 def measure(buffers: Buffers, group: dist.ProcessGroup | None, group_rank: int, sequencer: Sequencer,
-            params: dict, device: torch.device, label: str) -> tuple[float, bool, float]:
+            params: dict[str, Any], device: torch.device, label: str) -> tuple[float, bool, float]:
     """One operation at one size, the nccl-tests way: a checked first call, ``warmup`` calls, then ``iters``
     calls back to back timed as a whole. Seconds per call, whether the first result was right, and the time this
     rank spent outside the collectives (its own slowness)."""
@@ -113,7 +114,7 @@ def measure(buffers: Buffers, group: dist.ProcessGroup | None, group_rank: int, 
     return elapsed / params["iters"], correct, elapsed - (sequencer.waiting_s - waited_before)
 
 
-def run(context: dict) -> dict:
+def run(context: dict[str, Any]) -> dict[str, Any]:
     params = context["params"]
     rank, nproc, nnodes = context["rank"], context["nproc"], context["nnodes"]
     world = nproc * nnodes

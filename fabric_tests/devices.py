@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -18,7 +20,7 @@ def device_for(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def cuda_runtime() -> dict:
+def cuda_runtime() -> dict[str, str | None]:
     """What this worker's torch can do with the node's GPUs: the CUDA it was built for (None: a CPU build, as CI and
     the simulated cluster run), and, where a CUDA build finds no usable GPU, why (an HGX node whose
     nvidia-fabricmanager is down says CUDA error 802, "system not yet initialized")."""
@@ -26,13 +28,13 @@ def cuda_runtime() -> dict:
     if build is None or torch.cuda.is_available():
         return {"cuda_build": build}
     try:
-        torch.cuda.init()
+        torch.cuda.init()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     except Exception as error:  # the reason is the record
         return {"cuda_build": build, "cuda_error": f"{type(error).__name__}: {str(error)[:300]}"}
     return {"cuda_build": build, "cuda_error": "torch.cuda.is_available() is False"}
 
 
-def compute_clock(device: torch.device):
+def compute_clock(device: torch.device) -> Callable[[], float]:
     """The clock that measures how long the *device* worked: the wall clock after a CUDA synchronise on a GPU;
     on the CPU, the calling thread's CPU time, so several workers sharing a few cores are each timed by the
     work they did rather than by the scheduler's choices."""
@@ -52,9 +54,10 @@ def backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def init_group(context: dict, rank: int, world_size: int, timeout_s: float) -> None:
+def init_group(context: dict[str, Any], rank: int, world_size: int, timeout_s: float) -> None:
     """c10d rendezvous through a TCPStore that ``rank`` 0 serves at the master address."""
-    store = dist.TCPStore(context["master_addr"], context["master_port"], world_size, is_master=rank == 0,
-                          timeout=datetime.timedelta(seconds=timeout_s))
+    store = dist.TCPStore(  # type: ignore[attr-defined]  # torch.distributed does not re-export TCPStore
+        context["master_addr"], context["master_port"], world_size, is_master=rank == 0,
+        timeout=datetime.timedelta(seconds=timeout_s))
     dist.init_process_group(backend(), store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))

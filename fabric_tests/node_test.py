@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -73,7 +74,7 @@ def _time_matmul(device: torch.device, a: torch.Tensor, b: torch.Tensor, iters: 
 
 
 def _matmul(device: torch.device, n: int, iters: int, repeats: int, seed: int, hold_s: float = 0.0,
-            lockstep: bool = False) -> dict:
+            lockstep: bool = False) -> dict[str, Any]:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -120,7 +121,7 @@ def _memory_bandwidth(device: torch.device, nbytes: int, repeats: int) -> float:
     return 2 * nbytes / best / 1e9  # read + write, GB/s
 
 
-def _allreduce(device: torch.device, context: dict, nbytes: int, iters: int) -> tuple[float, bool]:
+def _allreduce(device: torch.device, context: dict[str, Any], nbytes: int, iters: int) -> tuple[float, bool]:
     n = context["nproc"]
     tensor = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
     tensor.fill_(context["local_rank"] + 1)
@@ -136,7 +137,7 @@ def _allreduce(device: torch.device, context: dict, nbytes: int, iters: int) -> 
     return nbytes / elapsed / 1e9 * 2 * (n - 1) / n, correct  # busbw, as nccl-tests computes it
 
 
-def run(context: dict) -> dict:
+def run(context: dict[str, Any]) -> dict[str, Any]:
     params = context["params"]
     device = device_for(context["local_rank"])
     together = context["nproc"] > 1  # the node's group: the matmul's lockstep, then the intra-node all-reduce

@@ -30,7 +30,9 @@ import shutil
 import struct
 import time
 import warnings
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -54,7 +56,7 @@ class Block(nn.Module):
         q, k, v = (t.view(batch, length, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v))
         attended = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
-        return x + self.mlp(self.norm2(x))
+        return cast(torch.Tensor, x + self.mlp(self.norm2(x)))
 
 
 class TinyTransformer(nn.Module):
@@ -68,10 +70,10 @@ class TinyTransformer(nn.Module):
         x = self.embed(tokens) + self.position(torch.arange(tokens.shape[1], device=tokens.device))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x))
+        return cast(torch.Tensor, self.head(self.norm(x)))
 
 
-def batch(params: dict, rank: int, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(params: dict[str, Any], rank: int, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(params["seed"] * 1_000_003 + rank * 10_007 + step)
     size, length, vocab = params["batch"], params["length"], params["vocab"]
     start = torch.randint(0, vocab, (size, 1), generator=generator)
@@ -80,13 +82,13 @@ def batch(params: dict, rank: int, step: int, device: torch.device) -> tuple[tor
     return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 
 
-def _model(params: dict, device: torch.device) -> TinyTransformer:
+def _model(params: dict[str, Any], device: torch.device) -> TinyTransformer:
     torch.manual_seed(params["seed"])  # identical initial weights on every rank
     return TinyTransformer(params["vocab"], params["width"], params["heads"], params["layers"],
                            params["length"]).to(device)
 
 
-def _fsdp(params: dict, device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer]:
+def _fsdp(params: dict[str, Any], device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -98,8 +100,8 @@ def _fsdp(params: dict, device: torch.device) -> tuple[nn.Module, torch.optim.Op
     return model, torch.optim.AdamW(model.parameters(), lr=params["lr"])
 
 
-def _train(model: nn.Module, optimizer: torch.optim.Optimizer, params: dict, rank: int, steps: range,
-           device: torch.device, on_step=None) -> tuple[list[float], list[float]]:
+def _train(model: nn.Module, optimizer: torch.optim.Optimizer, params: dict[str, Any], rank: int, steps: range,
+           device: torch.device, on_step: Callable[[int], None] | None = None) -> tuple[list[float], list[float]]:
     """Losses and per-step times (device time: see ``devices.compute_clock``) of ``steps``."""
     clock = compute_clock(device)
     losses, times = [], []
@@ -111,7 +113,7 @@ def _train(model: nn.Module, optimizer: torch.optim.Optimizer, params: dict, ran
         started = clock()
         with _attention_kernel(device):
             loss = functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         synchronize(device)
@@ -141,15 +143,15 @@ def _checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer, path: str, *
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optimizer": optimizer_state}
+    state: dict[str, Any] = {"model": model_state, "optimizer": optimizer_state}
     if not load:
-        dcp.save(state, checkpoint_id=path)
+        dcp.save(state, checkpoint_id=path)  # type: ignore[attr-defined]  # torch does not re-export it
         return
-    dcp.load(state, checkpoint_id=path)
+    dcp.load(state, checkpoint_id=path)  # type: ignore[attr-defined]  # torch does not re-export it
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
-def deterministic(device: torch.device) -> dict:
+def deterministic(device: torch.device) -> dict[str, Any]:
     """Make this process's CUDA work repeatable; returns the settings for the rank's record."""
     if device.type != "cuda":
         return {"device": "cpu", "deterministic_algorithms": False, "note": "CPU kernels are deterministic here"}
@@ -164,7 +166,7 @@ def deterministic(device: torch.device) -> dict:
             "cudnn_deterministic": True, "attention": "math"}
 
 
-def _attention_kernel(device: torch.device):
+def _attention_kernel(device: torch.device) -> AbstractContextManager[None]:
     if device.type != "cuda":
         return nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -195,7 +197,7 @@ def _rounded(values: list[float]) -> list[float]:
     return [float(f"{value:.5g}") for value in values]
 
 
-def run(context: dict) -> dict:
+def run(context: dict[str, Any]) -> dict[str, Any]:
     params = context["params"]
     rank, world = context["rank"], context["nproc"] * context["nnodes"]
     device = device_for(context["local_rank"])
@@ -206,7 +208,7 @@ def run(context: dict) -> dict:
     gc.disable()
     steps, saved_at = params["steps"], params["checkpoint_step"]
     path = os.path.join(params["checkpoint_dir"], "fsdp")
-    result: dict = {"device": str(device), "phase": params["phase"], "determinism": settings}
+    result: dict[str, Any] = {"device": str(device), "phase": params["phase"], "determinism": settings}
     try:
         if params["phase"] == "train" and context["nnodes"] > 1 and params["checkpoint_step"] >= 0:
             dist.barrier()
@@ -219,7 +221,7 @@ def run(context: dict) -> dict:
 
             model = _model(params, device)
             ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-            optimizer = torch.optim.AdamW(ddp.parameters(), lr=params["lr"])
+            optimizer: torch.optim.Optimizer = torch.optim.AdamW(ddp.parameters(), lr=params["lr"])
             losses, times = _train(ddp, optimizer, params, rank, range(steps), device)
             result.update(ddp_losses=_rounded(losses), ddp_step_s=_rounded(times))
             del ddp, model, optimizer

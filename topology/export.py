@@ -125,7 +125,7 @@ def _first_number(label: str) -> int:
     return int(label.split()[-1].split("-")[0])
 
 
-def _bucket(label_of: dict[str, str], nodes) -> None:
+def _bucket(label_of: dict[str, str], nodes: object) -> None:
     """More than MAX_BOXES SUs, groups or planes: draw ranges (``SU 1-8``) so the picture stays readable."""
     for prefix in ("SU", "group", "plane"):
         numbers = sorted({_first_number(label) for label in label_of.values() if label.startswith(prefix + " ")})

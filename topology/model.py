@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import networkx as nx
 
@@ -89,7 +89,7 @@ class Fabric:
         return dict(self.graph.nodes(data="kind"))
 
     def kind(self, node: str) -> str:
-        return self.graph.nodes[node]["kind"]
+        return cast(str, self.graph.nodes[node]["kind"])
 
     def host_end(self, cable: Cable) -> Port | None:
         """The cable's end on a host's HCA, or None for a cable between two switches."""

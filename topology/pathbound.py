@@ -59,7 +59,7 @@ class PlaneBounds:
         self.unit = unit_count.most_common(1)[0][0] if unit_count else 0.0
         self.planes = set(plane.values())
         signature = {spine: frozenset(self.middle[spine].items()) for spine in spines}  # its cores, by capacity
-        usual: dict[Hashable, Counter[frozenset]] = {}
+        usual: dict[Hashable, Counter[frozenset[tuple[Hashable, float]]]] = {}
         for spine in spines:
             usual.setdefault(plane[spine], Counter())[signature[spine]] += 1
         typical = {key: counts.most_common(1)[0][0] for key, counts in usual.items()}

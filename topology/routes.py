@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import networkx as nx
@@ -39,7 +39,7 @@ def route(fabric: Fabric, source: str, target: str) -> Route | None:  # noqa: C9
     """Shortest up*/down* route between two nodes, or None when they are not connected that way."""
     graph, nodes = fabric.graph, fabric.graph.nodes
 
-    def moves(state: tuple[str, bool]):
+    def moves(state: tuple[str, bool]) -> Iterator[tuple[tuple[str, bool], int]]:
         """Legal next states (up to a higher tier, or down; never up again once going down) and cable counts."""
         node, down = state
         rank = TIER_RANK.get(nodes[node].get("kind", ""), 0)
@@ -67,7 +67,7 @@ def route(fabric: Fabric, source: str, target: str) -> Route | None:  # noqa: C9
     finals = [state for state in ends if distance[state] == best]
     total = sum(ways[state] for state in finals)
 
-    def onward(state: tuple[str, bool]):
+    def onward(state: tuple[str, bool]) -> Iterator[tuple[tuple[str, bool], int]]:
         """Next states on a shortest path to the target, with their cable counts."""
         for following, multiplicity in moves(state):
             if distance.get(following) == distance[state] + 1 and following in to_target:

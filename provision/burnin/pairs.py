@@ -51,7 +51,7 @@ ADAPTIVE_MEASUREMENTS = 256
 NOT_MET = ("Couldn't connect", "Unable to open file descriptor", "No client connected", "Client went away",
            "Server did not confirm")
 
-Flow = tomography.Flow
+Flow = routes.Flow
 
 
 @dataclass
@@ -436,7 +436,7 @@ def _healthy(host: str, hcas: list[str], measurements: list[Measurement], fabric
 def _write(directory: Path, measurements: list[Measurement], summary: dict[str, Any]) -> None:
     """The measurements in the format ``provision topology flaps --results`` reads, and the stage's report."""
     directory.mkdir(parents=True, exist_ok=True)
-    tests = [{"flows": [list(flow) for flow in measurement.flows], "passed": measurement.passed,
+    tests: list[dict[str, Any]] = [{"flows": [list(flow) for flow in measurement.flows], "passed": measurement.passed,
               "gbps": measurement.gbps, "threshold_gbps": measurement.threshold_gbps, "round": measurement.label}
              for measurement in measurements if measurement.at_fault is None]
     (directory / RESULTS_FILE).write_text(json.dumps({"routing": summary["routing_mode"], "tests": tests}, indent=1))

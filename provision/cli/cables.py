@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from rich.markup import escape
@@ -27,8 +29,11 @@ from provision.repairs import cables as cable_repairs
 from provision.run.context import SpecIdentity
 from provision.spec import load_fabric_spec, load_spec
 
+#: What a click option decorates: a command's function, or the command itself.
+_Decorated = TypeVar("_Decorated", bound=Callable[..., Any] | click.Command)
 
-def _files_option(*names: str, help_text: str):
+
+def _files_option(*names: str, help_text: str) -> Callable[[_Decorated], _Decorated]:
     return click.option(*names, multiple=True, type=click.Path(path_type=Path, dir_okay=False, exists=True),
                         help=help_text)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -25,7 +26,7 @@ def _store(spec: Path | None, state_dir: Path | None) -> StateStore:
     return existing_store(spec_or_state_dir(spec, state_dir)[1])
 
 
-def _evidence(evidence: dict) -> str:
+def _evidence(evidence: dict[str, Any]) -> str:
     if not evidence:
         return ""
     keys = ("check", "failed_task", "remediation", "campaign", "operator", "returned", "quarantined_for",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ class HostRow:
 
 
 class Board:
-    def __init__(self, hosts: list[str] | None = None, *, clock=time.monotonic) -> None:
+    def __init__(self, hosts: list[str] | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.started = clock()
         self.phase = ""

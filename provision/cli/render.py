@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from rich.table import Table
 
 from provision.cli.common import out
@@ -65,5 +67,5 @@ def quarantine_check(store: StateStore, name: str) -> str | None:
     """The check named in the node's latest quarantine evidence."""
     for row in reversed(store.history(name)):
         if row["to_state"] == NodeState.QUARANTINED.value:
-            return row["evidence"].get("check") or row["evidence"].get("failed_task")
+            return cast("str | None", row["evidence"].get("check") or row["evidence"].get("failed_task"))
     return None

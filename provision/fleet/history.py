@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from provision.checks.baseline import figure_of
 from provision.errors import UsageProblem
@@ -21,7 +21,7 @@ from provision.state import NodeState, StateStore
 
 def _manifest(run_dir: str) -> dict[str, Any]:
     try:
-        return json.loads((Path(run_dir) / "manifest.json").read_text())
+        return cast(dict[str, Any], json.loads((Path(run_dir) / "manifest.json").read_text()))
     except (OSError, ValueError):
         return {}
 

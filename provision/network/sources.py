@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from provision import evidence
 from provision.errors import Refusal, UsageProblem
@@ -46,7 +47,7 @@ def design_endpoint(fabric: Fabric, node: str, port: int) -> Endpoint:
     data = fabric.graph.nodes[node]
     if data["kind"] == HCA:
         if "endpoint" in data:  # a plan's fabric keeps the plan's own name for the port
-            return data["endpoint"]
+            return cast(Endpoint, data["endpoint"])
         return data["host"].lower(), f"{data['host']} {data['hca']}".lower()
     return node.lower(), str(port)
 

@@ -14,7 +14,7 @@ declares how many it drew in ``data-points``, so a browser test can check that e
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -71,7 +71,7 @@ def _frame(title: str, points: int, body: list[str], *, height: int = HEIGHT) ->
             f'<text x="{LEFT}" y="18" class="plot-title">{escape(title)}</text>' + "".join(body) + "</svg>")
 
 
-def _y_axis(low: float, high: float, label: str, y_of, height: int = HEIGHT) -> list[str]:
+def _y_axis(low: float, high: float, label: str, y_of: Callable[[float], float], height: int = HEIGHT) -> list[str]:
     body = [f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{height - BOTTOM}" class="axis"/>']
     for tick in _ticks(low, high):
         y = y_of(tick)
@@ -83,7 +83,7 @@ def _y_axis(low: float, high: float, label: str, y_of, height: int = HEIGHT) -> 
     return body
 
 
-def _threshold(value: float | None, label: str, y_of, low: float, high: float) -> list[str]:
+def _threshold(value: float | None, label: str, y_of: Callable[[float], float], low: float, high: float) -> list[str]:
     if value is None or not low <= value <= high:
         return []
     y = y_of(value)

@@ -31,7 +31,7 @@ from provision.sim.tools.__main__ import GUARDED, TOOLS
 from provision.sim.ufm import HISTORY_FAULTS, write_history
 from provision.spec import LoadedSpec
 from provision.spec.faults import CATALOG, resolve_params
-from provision.state.layout import sim_dir
+from provision.state.layout import sim_dir as sim_dir
 
 MANIFEST = "cluster.json"
 DEFAULT_KERNEL = "5.15.0-112-generic"

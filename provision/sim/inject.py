@@ -13,7 +13,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from provision.hostmodel.devices import NodeHardware
 from provision.hostmodel.pciconfig import ACS_ENABLED_DEFAULT, CAP_EXP, ECAP_ACS, capabilities, extended_capabilities
@@ -40,7 +40,7 @@ class NodeContext:
     def bdf_of(self, target: str | None) -> str:
         if target and target.startswith("mlx5_"):
             return next(hca.bdf for hca in self.hardware.hcas if hca.name == target)
-        return self.gpu(target)["bdf"]
+        return cast(str, self.gpu(target)["bdf"])
 
     def device_dir(self, bdf: str) -> Path:
         return self.root / "sys" / sysfs_path(self.hardware, bdf)

@@ -42,7 +42,7 @@ from provision.sim.cluster import SimError, node_paths, write_stand_ins
 from provision.sim.host import ensure_host
 
 #: The host's own entries in its /proc, nested as they are there; everything else is this machine's.
-HOST_PROC: dict[str, dict | None] = {
+HOST_PROC: dict[str, dict[str, Any] | None] = {
     "modules": None, "swaps": None, "cmdline": None, "driver": None,
     "sys": {"kernel": {"osrelease": None, "numa_balancing": None, "random": {"boot_id": None}}},
 }
@@ -106,7 +106,7 @@ def prepare(state_dir: Path, host: str) -> Layout:
     return layout
 
 
-def _link_proc_level(view: Path, relative: Path, host_entries: dict, layout: Layout) -> None:
+def _link_proc_level(view: Path, relative: Path, host_entries: dict[str, Any], layout: Layout) -> None:
     view.mkdir(parents=True)
     machine = Path("/proc") / relative
     names = {name for name in os.listdir(machine) if not name.isdigit()} | set(host_entries)

@@ -15,7 +15,7 @@ import os
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from provision.hostmodel.devices import NodeHardware, PciDevice
 from provision.hostmodel.pciconfig import SPEEDS
@@ -192,7 +192,7 @@ def _stamped(lines: list[str]) -> list[tuple[float, str]]:
 
 
 def load_state(root: Path) -> dict[str, Any]:
-    return json.loads((root / STATE_FILE).read_text())
+    return cast(dict[str, Any], json.loads((root / STATE_FILE).read_text()))
 
 
 def save_state(root: Path, state: dict[str, Any]) -> None:

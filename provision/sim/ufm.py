@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from provision.hostmodel.devices import hca_guid
 from provision.network.sources import design_fabric
@@ -99,7 +100,7 @@ def _kind(fabric: Fabric, node: str) -> str:
     return "Computer" if fabric.graph.nodes[node].get("kind") == HCA else "Switch"
 
 
-def history(fabric: Fabric, faults: list[dict], *, seed: int, end: float, hours: float = 24.0,
+def history(fabric: Fabric, faults: list[dict[str, Any]], *, seed: int, end: float, hours: float = 24.0,
             background_per_hour: int = 20, storm_cables: int = 24) -> tuple[str, dict[str, dict[tuple[str, int],
                                                                                           dict[str, int]]]]:
     """The event log text, and counter readings per switch at the start and end of the window."""
@@ -172,7 +173,7 @@ def write_perfquery(readings: dict[tuple[str, int], dict[str, int]], directory: 
     (directory / "captured_at").write_text(datetime.fromtimestamp(captured_at, UTC).isoformat() + "\n")
 
 
-def write_history(loaded: LoadedSpec, faults: list[dict], directory: Path) -> None:
+def write_history(loaded: LoadedSpec, faults: list[dict[str, Any]], directory: Path) -> None:
     """The simulated fabric's last day: ``ufm/event.log`` and ``counters/{start,end}/`` snapshots.
 
     The day ends at the spec's simulated clock (a fixed moment, so the files are the same every time).

@@ -19,7 +19,7 @@ from provision.spec.acceptance import required_node_hours, required_soak_hours
 from provision.spec.faults import CATALOG, FaultKind, resolve_params, target_problem
 from provision.spec.issues import did_you_mean
 from provision.spec.keys import key_form
-from provision.spec.model import ClusterSpec, HardwareProfile, NodeRuntime
+from provision.spec.model import ClusterSpec, HardwareProfile, NodeOverride, NodeRuntime
 from provision.spec.source import Path_
 from topology import hostlist
 from topology.design import DesignError, FabricDimensions, FabricParameters, dimension
@@ -164,9 +164,10 @@ def _assign_profiles(
     return profiles
 
 
-def _expand_overrides(spec: ClusterSpec, hosts_by_group: dict[str, list[str]], problems: list[Problem]):
+def _expand_overrides(spec: ClusterSpec, hosts_by_group: dict[str, list[str]],
+                      problems: list[Problem]) -> dict[str, tuple[str, NodeOverride]]:
     known = {host for hosts in hosts_by_group.values() for host in hosts}
-    resolved = {}
+    resolved: dict[str, tuple[str, NodeOverride]] = {}
     for expression, override in spec.nodes.overrides.items():
         path: Path_ = ("nodes", "overrides", expression)
         try:
@@ -230,7 +231,8 @@ def _check_software(spec: ClusterSpec, problems: list[Problem]) -> None:
                                 "leave it out: it defaults to the driver version"))
 
 
-def _build_nodes(spec, hosts_by_group, profiles, overrides, problems) -> list[ResolvedNode]:
+def _build_nodes(spec: ClusterSpec, hosts_by_group: dict[str, list[str]], profiles: dict[str, str],
+                 overrides: dict[str, tuple[str, NodeOverride]], problems: list[Problem]) -> list[ResolvedNode]:
     nodes: list[ResolvedNode] = []
     used_addresses: dict[str, str] = {}
     per_su = (spec.fabric.hosts_per_su if spec.fabric is not None else None) or 1
@@ -256,7 +258,7 @@ def _build_nodes(spec, hosts_by_group, profiles, overrides, problems) -> list[Re
     return nodes
 
 
-def _allocate(start, offset: int, path: Path_, problems: list[Problem]) -> str | None:
+def _allocate(start: ipaddress.IPv4Address | None, offset: int, path: Path_, problems: list[Problem]) -> str | None:
     if start is None:
         return None
     value = int(start) + offset
@@ -266,7 +268,8 @@ def _allocate(start, offset: int, path: Path_, problems: list[Problem]) -> str |
     return str(ipaddress.IPv4Address(value))
 
 
-def _check_fabric(spec: ClusterSpec, host_count: int, spec_dir: Path, problems: list[Problem]):
+def _check_fabric(spec: ClusterSpec, host_count: int, spec_dir: Path,
+                  problems: list[Problem]) -> FabricDimensions | None:
     fabric = spec.fabric
     if fabric is None or fabric.cabling_file is not None:
         return None

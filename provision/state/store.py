@@ -417,7 +417,8 @@ class StateStore:
         found = {row["state"]: row["n"] for row in rows}
         return {state.value: found.get(state.value, 0) for state in NodeState}
 
-    def _log(self, name, current, target, stage, reason, evidence, by_operator, run_id, stamp) -> None:
+    def _log(self, name: str, current: NodeState | None, target: NodeState, stage: str | None, reason: str,
+             evidence: dict[str, Any], by_operator: bool, run_id: str, stamp: str) -> None:
         self.db.execute(
             "INSERT INTO transitions (node, from_state, to_state, stage, reason, evidence, by_operator, run_id, at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -19,6 +19,16 @@ import os
 import sys
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: every start of the node's Python runs this module, typing is not imported
+    from collections.abc import Callable
+    from typing import Any
+
+    #: One of the host's faults, as node.json lists it (``kind``, ``local_rank`` and what the kind needs).
+    Fault = dict[str, Any]
+    #: A collective's identity for the wire delay: its name, its group's id, the bytes it moves.
+    CallKey = tuple[str, int, int]
+
 #: The simulated wire a healthy rail's bytes cross (gloo on loopback CPU workers): the floor of a degraded
 #: port's delay. Its latency is what keeps a degraded port slower than this machine's noise: beside another
 #: suite's load a healthy loopback call of a few KiB took ~10 ms of scheduler slices, and a port at 0.1 of its
@@ -35,7 +45,7 @@ WIRE_BYTES_PER_S = 50e6
 CALL_DELAY_CAP_S = 1.5
 
 
-def _node_state() -> dict:
+def _node_state() -> dict[str, Any]:
     root = os.environ.get("PROVISION_SIM_ROOT")
     if not root:
         return {}
@@ -53,21 +63,21 @@ def _install_nccl_semantics() -> None:
     import torch
     import torch.distributed as dist
 
-    pending: list[tuple] = []
+    pending: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
 
     class Queued:
-        def __init__(self, work) -> None:
+        def __init__(self, work: Any) -> None:
             self._work = work
 
-        def wait(self, *args, **kwargs):
+        def wait(self, *args: Any, **kwargs: Any) -> bool:
             pending.append((self._work, args, kwargs))
             return True
 
-        def __getattr__(self, name):
+        def __getattr__(self, name: str) -> Any:
             return getattr(self._work, name)
 
-    def defer(real):
-        def collective(*args, **kwargs):
+    def defer(real: Callable[..., Any]) -> Callable[..., Any]:
+        def collective(*args: Any, **kwargs: Any) -> Any:
             result = real(*args, **kwargs)
             if kwargs.get("async_op") and hasattr(result, "wait") and _test() == "collectives":
                 return Queued(result)
@@ -76,7 +86,7 @@ def _install_nccl_semantics() -> None:
 
     real_synchronize = torch.cpu.synchronize
 
-    def synchronize(*args, **kwargs):
+    def synchronize(*args: Any, **kwargs: Any) -> Any:
         while pending:  # in stream order, each with the timeout its wait() was given
             work, wait_args, wait_kwargs = pending.pop(0)
             work.wait(*wait_args, **wait_kwargs)
@@ -88,7 +98,7 @@ def _install_nccl_semantics() -> None:
             setattr(dist, name, defer(getattr(dist, name)))
 
 
-def _mine(fault: dict) -> bool:
+def _mine(fault: Fault) -> bool:
     return os.environ.get("LOCAL_RANK") == str(fault["local_rank"])
 
 
@@ -123,7 +133,7 @@ def _mark_busy(root: str) -> None:
     real_matmul = torch.matmul
     marked = {"pid": 0}
 
-    def matmul(*args, **kwargs):
+    def matmul(*args: Any, **kwargs: Any) -> Any:
         if marked["pid"] != os.getpid() and os.environ.get("LOCAL_RANK") is not None:
             marked["pid"] = os.getpid()
             directory = os.path.join(root, "var/lib/provision-sim/busy")
@@ -142,8 +152,10 @@ def _always() -> bool:
     return True
 
 
-def _sagged(fault: dict, time_scale: float) -> bool:
-    return (time.time() - fault["since"]) * time_scale / 3600 >= fault["after_h"]
+def _sagged(fault: Fault, time_scale: float) -> bool:
+    since: float = fault["since"]
+    after_h: float = fault["after_h"]
+    return (time.time() - since) * time_scale / 3600 >= after_h
 
 
 def _clock_read_cost() -> float:
@@ -152,7 +164,7 @@ def _clock_read_cost() -> float:
     return sorted(reads[index + 1] - reads[index] for index in range(300))[150]
 
 
-def _corrupt_first(result) -> None:
+def _corrupt_first(result: Any) -> None:
     """The result's first element slightly off, through numpy where it can: torch's two in-place calls on a
     one-element view cost half of a small matmul (a corrupting CPU worker measured at 0.67-0.70 of its node-mates,
     against the 0.7 band), numpy's a tenth."""
@@ -165,7 +177,7 @@ def _corrupt_first(result) -> None:
     values[first] = values[first] * (1 + 1e-5) + 1e-5
 
 
-def _install(faults: list[dict], time_scale: float = 1.0) -> None:
+def _install(faults: list[Fault], time_scale: float = 1.0) -> None:
     import torch
     import torch.distributed as dist
 
@@ -178,7 +190,7 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
 
         read_cost = _clock_read_cost()
 
-        def matmul(*args, **kwargs):
+        def matmul(*args: Any, **kwargs: Any) -> Any:
             started = time.thread_time()
             result = real_matmul(*args, **kwargs)
             for fault in slow:
@@ -207,7 +219,7 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
         real_loss = torch.nn.functional.cross_entropy
         steps = {"n": 0}
 
-        def cross_entropy(*args, **kwargs):
+        def cross_entropy(*args: Any, **kwargs: Any) -> Any:
             steps["n"] += 1
             for fault in periodic:
                 if _mine(fault) and steps["n"] % fault["period"] == 0:
@@ -222,7 +234,7 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
     if failing:
         real_init = dist.init_process_group
 
-        def init_process_group(*args, **kwargs):
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
             for fault in failing:
                 if not _mine(fault) or fault["test"] != _test():
                     continue
@@ -255,9 +267,9 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
     def multi_node() -> bool:  # these faults live on the inter-node path (a lost packet, a slow NIC)
         return os.environ.get("WORLD_SIZE", "1") != os.environ.get("LOCAL_WORLD_SIZE", "1")
 
-    fastest: dict[tuple, float] = {}
+    fastest: dict[CallKey, float] = {}
 
-    def wire_delay(key: tuple, started: float, factor: float) -> None:
+    def wire_delay(key: CallKey, started: float, factor: float) -> None:
         """Sleep as if this call's bytes crossed a link at ``factor`` of its speed. The delay follows the fastest
         this call has ever completed (its own cost), never the time it spent waiting for slower peers: another
         fault's delay must not grow this one, nor this one grow itself. Its floor is the simulated wire's own
@@ -273,19 +285,19 @@ def _install(faults: list[dict], time_scale: float = 1.0) -> None:
         the wire), not before the call is posted, so this rank does not look like a straggler: its peers and
         it wait alike, and the rail is slow."""
 
-        def __init__(self, work, key: tuple, started: float, factor: float) -> None:
+        def __init__(self, work: Any, key: CallKey, started: float, factor: float) -> None:
             self._work, self._key, self._started, self._factor = work, key, started, factor
 
-        def wait(self, *args, **kwargs):
+        def wait(self, *args: Any, **kwargs: Any) -> Any:
             done = self._work.wait(*args, **kwargs)
             wire_delay(self._key, self._started, self._factor)
             return done
 
-        def __getattr__(self, name):
+        def __getattr__(self, name: str) -> Any:
             return getattr(self._work, name)
 
-    def wrap(real):
-        def collective(*args, **kwargs):
+    def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
+        def collective(*args: Any, **kwargs: Any) -> Any:
             if not multi_node():
                 return real(*args, **kwargs)
             calls["n"] += 1

@@ -16,6 +16,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from provision.sim import mirror
 from provision.sim.files import replace_file
@@ -221,7 +222,7 @@ def apt_get(root: Path, args: list[str]) -> int:
     return 0
 
 
-def _wait_for_dpkg_lock(state: dict, timeout_s: float) -> None:
+def _wait_for_dpkg_lock(state: dict[str, Any], timeout_s: float) -> None:
     """A stock image's first boot runs unattended-upgrades, which holds dpkg's frontend lock while it installs:
     apt-get fails at once, as apt does, unless told to wait (``-o DPkg::Lock::Timeout=SECONDS``)."""
     remaining = float(state.get("dpkg_lock_until", 0.0)) - time.time()
@@ -238,7 +239,7 @@ def _wait_for_dpkg_lock(state: dict, timeout_s: float) -> None:
     time.sleep(remaining)
 
 
-def _refuse_while_lists_locked(state: dict) -> None:
+def _refuse_while_lists_locked(state: dict[str, Any]) -> None:
     """apt-get update takes apt's lists lock without waiting: apt 2.4 (Ubuntu 22.04) applies DPkg::Lock::Timeout
     to dpkg's lock only (``pkgAcquire::GetLock`` in apt-pkg/acquire.cc), and a stock image's first boot runs
     apt-daily's refresh of the lists, which holds it."""
@@ -270,7 +271,7 @@ def sources(root: Path) -> list[tuple[dict[str, str], str, str, list[str]]]:
     return found
 
 
-def update(root: Path, state: dict) -> int:
+def update(root: Path, state: dict[str, Any]) -> int:
     """Fetch every source's index the way apt does: a vendor's only when its ``signed-by`` keyring holds the
     key it signs with, none from a host that does not resolve or a path the server lacks. Lists of sources no
     longer named are dropped, as apt drops them."""
@@ -340,7 +341,7 @@ def write_stock_sources(root: Path, offered: dict[str, dict[str, list[str]]]) ->
     replace_file(root / LISTS / mirror.list_name(url, suite), mirror.packages_text(offered.get(mirror.UBUNTU, {})))
 
 
-def _effects(state: dict, name: str, version: str) -> None:
+def _effects(state: dict[str, Any], name: str, version: str) -> None:
     """What a package's maintainer scripts would leave behind."""
     upstream = version.split("-")[0]
     if name.startswith("nvidia-driver-"):

@@ -14,7 +14,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from provision.catalog import GPU_MODELS
 from provision.hostmodel import pciconfig
@@ -125,7 +125,7 @@ class Smi:
         return cap & 0xF, (cap >> 4) & 0x3F, sta & 0xF, (sta >> 4) & 0x3F
 
     def bus_id(self, gpu: dict[str, Any]) -> str:
-        return "0000" + gpu["bdf"].upper()
+        return "0000" + cast(str, gpu["bdf"]).upper()
 
     def name(self) -> str:
         return PRODUCT_NAMES[self.model.name]

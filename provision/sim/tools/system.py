@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from provision.hostmodel.pciconfig import ECAP_ACS, extended_capabilities, write
 from provision.sim import kernel_log
@@ -55,7 +56,7 @@ def srcversion(module: str, stack: str | None) -> str:
     return hashlib.md5(f"{module}:{stack or INBOX}".encode()).hexdigest()[:23].upper()
 
 
-def installed_stack(state: dict, module: str) -> str | None:
+def installed_stack(state: dict[str, Any], module: str) -> str | None:
     """Where the module file ``modprobe`` would load now comes from (OFED's DKMS modules override the kernel's)."""
     if module in HCA_MODULES:
         return state.get("ofed_installed") or INBOX
@@ -96,7 +97,7 @@ def write_modules(root: Path, modules: list[str], driver: str | None = None, ib_
             replace_file(module_dir / name / "version", versions[name] + "\n")
 
 
-def _register_peers(root: Path, state: dict) -> None:
+def _register_peers(root: Path, state: dict[str, Any]) -> None:
     registry = root / "sys" / "kernel" / "mm" / "memory_peers" / "nv_mem"
     if "nvidia_peermem" in state["modules"] and state.get("peermem_registers", True):
         replace_file(registry / "version", PEERMEM_VERSION + "\n")
@@ -104,7 +105,7 @@ def _register_peers(root: Path, state: dict) -> None:
         shutil.rmtree(registry)
 
 
-def _load(root: Path, state: dict, name: str, log: list[str]) -> None:
+def _load(root: Path, state: dict[str, Any], name: str, log: list[str]) -> None:
     if name in state["modules"]:
         return
     if name == "nvidia":
@@ -464,7 +465,7 @@ def _sysctl_numa(root: Path) -> str:
     return value + "\n"
 
 
-def _restore_firmware_acs(root: Path, state: dict) -> None:
+def _restore_firmware_acs(root: Path, state: dict[str, Any]) -> None:
     """setpci edits do not survive a reboot: every ACS control register goes back to the firmware value."""
     defaults: dict[str, int] = state.get(ACS_STATE_KEY, {})
     devices = root / "sys" / "bus" / "pci" / "devices"
