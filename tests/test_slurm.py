@@ -172,7 +172,9 @@ def test_spec_nodes_slurm_does_not_know_are_a_located_error_and_nothing_changes(
 @pytest.mark.skipif(not slurmcluster.available(), reason=slurmcluster.MISSING)
 def test_node_check_as_health_check_program_drains_a_node_after_an_xid(tmp_path: Path) -> None:
     """slurmd runs ``provision node-check --drain`` on each node every HealthCheckInterval; an Xid injected into an
-    admitted, healthy node drains it with the check's reason within one interval, and nothing else is drained."""
+    admitted, healthy node drains it with the check's reason within one interval, and nothing else is drained;
+    ``provision watch --once`` then reads the drain back: the node is quarantined in the store with its check
+    (issue 56), and the sync after the watch's run leaves node-check's drain as it is."""
     import sys
     import time
 
@@ -187,6 +189,8 @@ def test_node_check_as_health_check_program_drains_a_node_after_an_xid(tmp_path:
         checked = run_cli("sim", "shell", str(spec), host, "--", sys.executable, "-m", "provision", "node-check",
                           timeout=60)
         assert checked.returncode == 0 and checked.stdout.startswith(f"OK: {host}: "), checked.stdout + checked.stderr
+    admitted = run_cli("admit", "sim[01-02]", "--reason", "burned in before this test", "--spec", str(spec))
+    assert admitted.returncode == 0, admitted.stdout + admitted.stderr
     interval = 5
     program = tmp_path / "health-check.sh"
     slurm_dir = tmp_path / "slurm"
@@ -208,6 +212,17 @@ def test_node_check_as_health_check_program_drains_a_node_after_an_xid(tmp_path:
                      timeout_s=interval * 2 + 10)
         took = time.monotonic() - injected
         reasons = cluster.sinfo_reasons()
+        _spec_with_slurm(spec, slurm_dir / "slurm.conf")
+        watched = run_cli("watch", str(spec), "--once", "--json", timeout=60)
+        assert watched.returncode == 0, watched.stdout + watched.stderr
+        moves = json.loads(watched.stdout)["moves"]
+        assert [(move["node"], move["to"], move["stage"]) for move in moves] == [("sim02", "quarantined", "node-check")]
+        assert moves[0]["reason"].startswith("node-check/xid: Xid 79"), moves
+        again = json.loads(run_cli("watch", str(spec), "--once", "--json", timeout=60).stdout)
+        assert again["moves"] == [], "read back once"
+        assert cluster.sinfo_reasons()["sim02"] == reasons["sim02"], "the sync leaves node-check's drain as it is"
+    status = {row["name"]: row for row in json.loads(run_cli("status", str(spec), "--json").stdout)["nodes"]}
+    assert (status["sim02"]["state"], status["sim01"]["state"]) == ("quarantined", "admitted")
     assert set(reasons) == {"sim02"}
     assert reasons["sim02"].startswith("provision node-check: sim02: xid: Xid 79"), reasons
     assert took <= interval + 6, f"drained {took:.1f} s after the Xid (HealthCheckInterval {interval} s)"

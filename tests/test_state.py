@@ -97,7 +97,7 @@ def _bring(store: StateStore, name: str, standing: str) -> None:
 def test_every_move_is_made_only_by_the_commands_the_table_names(tmp_path: Path) -> None:
     """The walk of the table: from every standing, to every state, by every command that moves nodes; the store
     allows exactly the moves :data:`lifecycle.MOVES` gives that command, and a refused move leaves no trace."""
-    commands = ["apply", "burnin", "admit", "quarantine", "drain", "return"]
+    commands = ["apply", "burnin", "admit", "quarantine", "drain", "return", "watch"]
     standings = [*(state.value for state in NodeState), lifecycle.QUARANTINED_IN_PROVISIONING]
     with StateStore(tmp_path / "state") as store:
         store.db.execute("PRAGMA synchronous=OFF")  # a thousand small transactions: the walk, not the disk

@@ -29,6 +29,8 @@ class NodeState(StrEnum):
 #: The commands that move nodes (their run's ``command`` in the store).
 APPLY, BURNIN = "apply", "burnin"
 ADMIT, QUARANTINE, DRAIN, RETURN = "admit", "quarantine", "drain", "return"
+#: The fleet's watch (``provision watch``): what node-check drained in Slurm, read back into the store.
+WATCH = "watch"
 #: An operator's own moves: recorded as the operator's in the node's history.
 OPERATOR_COMMANDS = frozenset({ADMIT, QUARANTINE, DRAIN, RETURN})
 
@@ -79,6 +81,9 @@ def _moves() -> dict[tuple[str, NodeState], frozenset[str]]:
     allow({QUARANTINE}, _EVERY_STANDING, QUARANTINED)
     allow({DRAIN}, _EVERY_STANDING, DRAINED)
     allow({RETURN}, (_HELD, QUARANTINED_IN_PROVISIONING), PROVISIONED)
+    # the watch: an admitted node node-check drained in Slurm is quarantined with the check (what an administrator
+    # did in Slurm the watch records as that administrator's own move: the operator's rows above)
+    allow({WATCH}, (admitted,), QUARANTINED)
     return {key: frozenset(commands) for key, commands in table.items()}
 
 

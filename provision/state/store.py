@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import Refusal
-from provision.state.lifecycle import OPERATOR_COMMANDS, NodeState, TransitionError, check_move
+from provision.state.lifecycle import OPERATOR_COMMANDS, WATCH, NodeState, TransitionError, check_move
 
 DB_NAME = "state.db"
 
@@ -384,12 +384,15 @@ class StateStore:
         stage: str | None = None,
         reason: str = "",
         evidence: dict[str, Any] | None = None,
+        seen_operator: str | None = None,
     ) -> None:
         """Move one node, atomically with its history row; refuse moves the lifecycle forbids.
 
         The move is made by the run ``run_id``: its command (as the store recorded it when the run started) is
         what the table of moves is asked about, and an operator's command is recorded as the operator's move. A
-        run the store does not know makes no move."""
+        run the store does not know makes no move. ``seen_operator``: the watch recording what an administrator
+        did in Slurm (an operator's command: ``drain``, ``admit``), asked of the table as that command and kept as
+        the operator's move; only a watch's run may."""
         stamp = now()
         with self.transaction():
             run = self.db.execute("SELECT command FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -399,6 +402,11 @@ class StateStore:
             if record is None:
                 raise KeyError(f"unknown node {name!r}")
             command = run["command"]
+            if seen_operator is not None:
+                if command != WATCH or seen_operator not in OPERATOR_COMMANDS:
+                    raise TransitionError(f"only `provision watch` records an operator's move seen in Slurm, as "
+                                          f"one of {', '.join(sorted(OPERATOR_COMMANDS))}")
+                command = seen_operator
             check_move(record.state, target, command=command, stage=stage, reason=reason,
                        current_stage=record.stage, current_by_operator=record.by_operator)
             self.db.execute(

@@ -1,0 +1,70 @@
+"""``provision watch SPEC``: the admitted fleet watched after its burn-in, a pass at a time, each a recorded run."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from provision.cli.common import argv, emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
+from provision.errors import EXIT_OK, EXIT_PROBLEMS
+from provision.run.context import SpecIdentity, mutating_run
+from provision.spec import load_spec
+from provision.state.lifecycle import WATCH
+from provision.watch.reconcile import ReconcileResult, reconcile
+
+#: The longest wait between passes: a watch asked to stop answers within a pass and this.
+MAX_INTERVAL_S = 3600.0
+
+
+@click.command(name="watch")
+@spec_argument
+@click.option("--once", is_flag=True, help="One pass, then exit (1 when Slurm could not be read).")
+@click.option("--interval", "interval_s", type=click.FloatRange(1.0, MAX_INTERVAL_S), default=60.0,
+              show_default=True, help="Seconds between passes.")
+@state_dir_option
+@json_option
+def watch_command(spec: Path, once: bool, interval_s: float, state_dir: Path | None, as_json: bool) -> int:
+    """Read back what happened in Slurm since the last pass: a node node-check drained is quarantined with its
+    check; an administrator's drain or resume is recorded as theirs. SIGTERM ends it between passes."""
+    loaded = load_spec(spec)
+    if loaded.spec.slurm is None:
+        raise click.UsageError("the spec has no slurm section: there is nothing to watch yet")
+    directory = state_dir_of(loaded, state_dir)
+    stop = threading.Event()
+
+    def ask_to_stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, ask_to_stop)
+    try:
+        while True:
+            with mutating_run(directory, WATCH, argv(), spec=SpecIdentity(loaded.path.resolve(), loaded.sha256),
+                              wait_lock_s=interval_s) as run:
+                result = reconcile(loaded, run.store, run_id=run.id)
+                run.note("watch.reconcile", result.as_dict())
+                code = EXIT_PROBLEMS if result.unreachable else EXIT_OK
+                run.conclude(code)
+            _render(result, as_json)
+            if once or stop.wait(interval_s):
+                return code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _render(result: ReconcileResult, as_json: bool) -> None:
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    if result.unreachable:
+        out.print(f"Slurm unreachable: {result.unreachable}; nothing read back this pass", markup=False)
+    elif result.pending:
+        out.print("a sync to Slurm is pending: nothing read back until it has gone through", markup=False)
+    elif not result.moves:
+        out.print("Slurm and the store agree.", markup=False)
+    for move in result.moves:
+        by = f"the operator ({move.seen_operator}, seen in Slurm)" if move.seen_operator else "node-check"
+        out.print(f"{move.node}: {move.target} by {by}: {move.reason}", markup=False)

@@ -1,0 +1,118 @@
+"""Slurm read back into the store (issue 56, item 2): what node-check and the administrators did in Slurm since the
+last pass becomes the store's, so what Slurm and every sink see keeps following the one state machine.
+
+Three things are read, each only where the store and Slurm disagree about an admitted node:
+- a node ``provision node-check --drain`` drained (its reason ``provision node-check: <node>: <check>: ...``) is
+  quarantined at stage ``node-check`` with the check and Slurm's reason as evidence: the node failed its own check;
+- a node an administrator drained for a reason of their own is recorded as the operator's drain, with their words
+  and their user;
+- a node the store holds out of service (quarantined or drained) that an administrator resumed in Slurm is recorded
+  as the operator's admit, so the next sync does not drain it again behind their back.
+
+Nothing else is touched: a node drained by our own sync (``provision: ...``), one Slurm has down without a drain,
+and every node while a sync is pending (Slurm may simply not have been told yet) are left as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from provision.facts.slurm import SlurmNode
+from provision.node_check.on_node import DRAIN_PREFIX
+from provision.sinks import slurm
+from provision.sinks.slurm import PREFIX as SYNC_PREFIX
+from provision.spec import LoadedSpec
+from provision.state import NodeState, StateStore
+from provision.state.lifecycle import ADMIT, DRAIN
+from provision.state.store import NodeRecord
+
+#: node-check's summary after its prefix: ``<node>: <check>: <message>`` (``on_node.verdict``).
+_CHECK = re.compile(r"^\S+: (?P<check>[a-z0-9_]+): (?P<message>.*)$")
+#: Slurm's states in which a resumed node can take work again.
+_SERVING = frozenset({"idle", "allocated", "mixed", "completing"})
+
+
+@dataclass(frozen=True)
+class Move:
+    """One move of the store the watch makes: to ``target``, with the stage, reason and evidence kept in the
+    node's history; ``seen_operator`` when it records an administrator's own move."""
+
+    node: str
+    target: NodeState
+    reason: str
+    stage: str | None = None
+    seen_operator: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "to": str(self.target), "stage": self.stage, "reason": self.reason,
+                "by": f"operator ({self.seen_operator}, seen in Slurm)" if self.seen_operator else "watch",
+                "evidence": self.evidence}
+
+
+def node_check_failure(reason: str) -> tuple[str, str] | None:
+    """The check and message of a drain node-check made, or None for any other reason."""
+    if not reason.startswith(DRAIN_PREFIX):
+        return None
+    match = _CHECK.match(reason[len(DRAIN_PREFIX):].strip())
+    return (match.group("check"), match.group("message")) if match else ("node_check", reason[len(DRAIN_PREFIX):])
+
+
+def plan_reconcile(records: Sequence[NodeRecord], slurm_nodes: dict[str, SlurmNode], *,
+                   sync_pending: bool) -> list[Move]:
+    """The moves that bring the store up to what happened in Slurm (pure: tested on recorded ``scontrol`` output).
+    While a sync is pending nothing is read back: Slurm's states may be ours not yet applied."""
+    if sync_pending:
+        return []
+    moves = []
+    for record in records:
+        node = slurm_nodes.get(record.name)
+        if not record.in_spec or node is None:
+            continue
+        seen = {"slurm_state": node.state, "slurm_flags": sorted(node.flags), "slurm_reason": node.reason,
+                "slurm_reason_user": node.reason_user}
+        if record.state is NodeState.ADMITTED and node.drained:
+            failed = node_check_failure(node.reason)
+            if failed is not None:
+                check, message = failed
+                moves.append(Move(record.name, NodeState.QUARANTINED, f"node-check/{check}: {message}",
+                                  stage="node-check", evidence=seen))
+            elif not node.reason.startswith(SYNC_PREFIX):
+                who = f" by {node.reason_user}" if node.reason_user else ""
+                moves.append(Move(record.name, NodeState.DRAINED, f"drained in Slurm{who}: {node.reason or '-'}",
+                                  seen_operator=DRAIN, evidence=seen))
+        elif record.state in (NodeState.QUARANTINED, NodeState.DRAINED) and not node.drained \
+                and node.state in _SERVING:
+            moves.append(Move(record.name, NodeState.ADMITTED,
+                              f"resumed in Slurm while {record.state}: {record.reason}", seen_operator=ADMIT,
+                              evidence=seen))
+    return moves
+
+
+@dataclass
+class ReconcileResult:
+    moves: list[Move]
+    unreachable: str = ""  # slurmctld did not answer: nothing read back this pass
+    pending: bool = False  # a sync of ours is pending: nothing read back until it went through
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"moves": [move.as_dict() for move in self.moves], "slurm_unreachable": self.unreachable,
+                "sync_pending": self.pending}
+
+
+def reconcile(loaded: LoadedSpec, store: StateStore, *, run_id: str) -> ReconcileResult:
+    """One pass: Slurm's nodes read, the moves planned and made by the watch's run ``run_id``, each in the node's
+    history with Slurm's state and reason as evidence."""
+    pending = bool(store.sink_status().get(slurm.SINK, {}).get("pending"))
+    try:
+        nodes = slurm.client_for(loaded).nodes()
+    except slurm.SlurmUnreachable as error:
+        return ReconcileResult([], unreachable=str(error), pending=pending)
+    moves = plan_reconcile(store.nodes(), nodes, sync_pending=pending)
+    for move in moves:
+        store.transition(move.node, move.target, run_id=run_id, stage=move.stage, reason=move.reason,
+                         evidence=move.evidence, seen_operator=move.seen_operator)
+    return ReconcileResult(moves, pending=pending)
