@@ -34,6 +34,8 @@ NOT_EVIDENCE = {
     "--textfile": "a folder the command writes",
     "--actions": "a folder the command writes",
     "export file": "the file `baseline export` writes",
+    "--logs": "a failed job's folder of logs: triage says inconclusive (exit 1) when it recognises nothing, and "
+              "lists the files it could not read (tests/test_triage.py walks empty, binary and foreign folders)",
 }
 
 
@@ -108,6 +110,7 @@ CASES: dict[tuple[str, str], tuple[Invocation, str | None]] = {
     ("baseline import", "file"): (lambda g, bad: ["baseline", "import", str(bad), "--spec", str(g["spec"]),
                                                   "--state-dir", str(bad.parent / "state")], None),
     ("node-check", "--file"): (lambda g, bad: ["node-check", "--file", str(bad)], None),
+    ("triage", "--hosts"): (lambda g, bad: ["triage", "--logs", str(bad.parent), "--hosts", str(bad)], None),
 }
 
 #: Words a command uses for "found nothing wrong": never the answer to a file nothing could read.

@@ -30,6 +30,7 @@ from provision.cli.simulation import sim
 from provision.cli.slurm import slurm_group
 from provision.cli.specs import validate
 from provision.cli.topology import topology
+from provision.cli.triage import triage_command
 from provision.cli.watch import watch_command
 from provision.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Refusal
 from provision.run import context as run_context
@@ -46,7 +47,8 @@ def cli() -> None:
 
 for command in (validate, plan, apply, burnin, status, history_command, runs_command, admit, quarantine, drain,
                 return_command, sim, topology, hostlist_group, report_command, metrics_command,
-                slurm_group, node_check_command, power_group, baseline_group, watch_command):
+                slurm_group, node_check_command, power_group, baseline_group, watch_command,
+                triage_command):
     cli.add_command(command)
 
 

@@ -1,0 +1,153 @@
+"""From a failed job's signatures to the node to drain before the requeue, or to why none can be named.
+
+Strong: the node the job lost (Slurm's node failure), a GPU hardware Xid or an uncorrectable ECC error in a node's
+own log. Likely: torchrun's first observed failure, a peer that refused connections, a peer many hosts' InfiniBand
+completions failed against, the ranks the watchdog shows behind the others. A completion error between two hosts
+named by one of them only is the link's, not a node's: the fabric (or the cloud's placement) is named instead.
+Nothing recognised is "inconclusive", never "no culprit".
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.checks.preflight import HARDWARE_XIDS
+from provision.triage.signals import Signal
+
+STRONG, LIKELY = "strong", "likely"
+
+
+@dataclass
+class Culprit:
+    who: str  # a host, or "rank N" where no host is known for the rank
+    strength: str
+    why: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"who": self.who, "strength": self.strength, "why": self.why}
+
+
+@dataclass
+class Triage:
+    culprits: list[Culprit]
+    links: list[str]  # failed links between two hosts, no node to blame
+    unattributed: list[str]  # failures whose host the logs do not name (merged output with no host prefix)
+    signals: int
+    files: int
+    lines: int
+    unreadable: list[str]
+
+    @property
+    def conclusive(self) -> bool:
+        return bool(self.culprits or self.links)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"conclusive": self.conclusive, "culprits": [culprit.as_dict() for culprit in self.culprits],
+                "links": self.links, "unattributed": self.unattributed, "signals": self.signals,
+                "files": self.files, "lines": self.lines,
+                "unreadable": self.unreadable}
+
+
+def judge(signals: list[Signal], addresses: dict[str, str], *, files: int = 0, lines: int = 0,
+          unreadable: list[str] | None = None) -> Triage:
+    """``addresses``: address -> host, to name the peers NCCL names by address."""
+    blamed: dict[str, Culprit] = {}
+
+    def blame(who: str, strength: str, why: str) -> None:
+        culprit = blamed.setdefault(who, Culprit(who, strength))
+        if strength == STRONG:
+            culprit.strength = STRONG
+        culprit.why.append(why)
+
+    links: list[str] = []
+    unattributed: list[str] = []
+    for signal in signals:
+        if signal.kind in ("cuda_error", "xid") and not signal.host:
+            unattributed.append(f"{signal.text} ({signal.source})")
+        if signal.kind == "node_failure" and signal.host:
+            blame(signal.host, STRONG, f"Slurm lost the node ({signal.source}: {signal.text})")
+        elif signal.kind == "xid" and signal.host and (signal.code in HARDWARE_XIDS or signal.code == 79):
+            blame(signal.host, STRONG, f"{signal.text} ({signal.source})")
+        elif signal.kind == "cuda_error" and signal.host:
+            hardware = "ECC" in signal.text or "uncorrectable" in signal.text.lower()
+            blame(signal.host, STRONG if hardware else LIKELY, f"CUDA error: {signal.text} ({signal.source})")
+        elif signal.kind == "root_cause" and signal.host:
+            blame(signal.host, LIKELY, f"torchrun's first observed failure: {signal.text} ({signal.source})")
+        elif signal.kind == "peer_refused" and signal.peer:
+            peer = addresses.get(signal.peer, signal.peer)
+            blame(peer, LIKELY, f"refused {signal.reporter or 'a peer'}'s NCCL connection ({signal.source})")
+    _ib_errors([signal for signal in signals if signal.kind == "ib_completion_error"], addresses, blame, links)
+    _watchdog([signal for signal in signals if signal.kind == "watchdog_timeout"], blame)
+    order = sorted(blamed.values(), key=lambda culprit: (culprit.strength != STRONG, -len(culprit.why), culprit.who))
+    return Triage(order, links, unattributed, len(signals), files, lines, unreadable or [])
+
+
+def _ib_errors(signals: list[Signal], addresses: dict[str, str], blame: Any, links: list[str]) -> None:
+    """A peer many hosts' completions failed against is suspect; a pair named by one side only is a link."""
+    reporters: dict[str, set[str]] = defaultdict(set)
+    for signal in signals:
+        reporters[addresses.get(signal.peer or "", signal.peer or "?")].add(signal.reporter or "?")
+    for peer, seen_by in sorted(reporters.items()):
+        if len(seen_by) >= 2:
+            blame(peer, LIKELY, f"InfiniBand completions failed against it from {len(seen_by)} hosts "
+                                f"({', '.join(sorted(seen_by))})")
+        else:
+            codes = sorted({signal.code for signal in signals if signal.code is not None
+                            and addresses.get(signal.peer or "", signal.peer) == peer})
+            links.append(f"the InfiniBand path between {next(iter(seen_by))} and {peer} (completion error "
+                         f"{', '.join(map(str, codes))}: retries exhausted on the link; neither host is to blame "
+                         "on this alone: check the cable, the switch ports, or that both hosts are on one fabric)")
+
+
+def _watchdog(signals: list[Signal], blame: Any) -> None:
+    """Every rank times out at the collective it waits in; the ranks whose last collective is the oldest are the
+    ones the others waited for."""
+    last: dict[int, int] = {}
+    for signal in signals:
+        if signal.rank is not None and signal.seq is not None:
+            last[signal.rank] = max(signal.seq, last.get(signal.rank, -1))
+    if len(set(last.values())) < 2:
+        return
+    oldest = min(last.values())
+    newest = max(last.values())
+    for rank, seq in sorted(last.items()):
+        if seq == oldest:
+            blame(f"rank {rank}", LIKELY, f"the NCCL watchdog shows it at collective {seq} while others reached "
+                                          f"{newest}: the ranks waited for it")
+
+
+#: Files larger than this are read from their end: a job's failure is at the end of its output.
+TAIL_BYTES = 8 << 20
+
+
+def triage_directory(directory: Path, addresses: dict[str, str]) -> Triage:
+    """Every file under ``directory`` (bounded: its last 8 MiB), its signatures and the verdict. A file that is not
+    text is listed as unreadable, never read as "nothing failed there"."""
+    from provision.triage.signals import host_of_file, read_log
+
+    known = set(addresses.values())
+    paths = sorted(path for path in directory.rglob("*") if path.is_file())
+    texts: list[tuple[str, str]] = []
+    unreadable: list[str] = []
+    for path in paths:
+        with path.open("rb") as handle:
+            size = path.stat().st_size
+            handle.seek(max(0, size - TAIL_BYTES))
+            raw = handle.read()
+        if b"\0" in raw[:4096]:
+            unreadable.append(f"{path.relative_to(directory)}: binary")
+            continue
+        texts.append((str(path.relative_to(directory)), raw.decode("utf-8", errors="replace")))
+    signals: list[Signal] = []
+    lines = 0
+    for name, text in texts:  # hosts named anywhere help attribute the files named after them
+        found, count = read_log(text, name)
+        known.update(signal.host for signal in found if signal.host)
+        lines += count
+    for name, text in texts:
+        found, _count = read_log(text, name, host_of_file(name, known))
+        signals += found
+    return judge(signals, addresses, files=len(texts), lines=lines, unreadable=unreadable)
