@@ -125,8 +125,34 @@ def test_real_hangs_with_no_failure_line_are_inconclusive(case: str, tmp_path: P
     assert code == 1 and found["culprits"] == [] and not found["conclusive"], found
 
 
+def test_the_flight_recorder_names_the_rank_the_others_waited_for() -> None:
+    code, found = _triage(OURS / "flight_recorder")
+    assert code == 0 and _culprits(found) == {"rank 3": "likely"}, found
+    assert "never reached nccl:all_reduce #8 of default_pg that ranks 0, 1, 2 wait in" in found["culprits"][0]["why"][0]
+
+
+def test_a_dump_that_asks_for_code_is_refused_not_run(tmp_path: Path) -> None:
+    """A pickle can run code when loaded: one that names any global (here os.system) is refused unread."""
+    import pickle
+
+    class Payload:
+        def __reduce__(self) -> tuple:
+            import os
+
+            return (os.system, ("touch " + str(tmp_path / "ran"),))
+
+    (tmp_path / "_dump_0").write_bytes(pickle.dumps({"entries": [Payload()], "pg_config": {}}, protocol=2))
+    result = run_cli("triage", "--logs", str(tmp_path))
+    assert result.returncode == 2 and "refused posix.system" in result.stderr, result.stdout + result.stderr
+    assert not (tmp_path / "ran").exists()
+
+
 @needs_jobs
-def test_real_flight_recorder_dumps_are_listed_unread(tmp_path: Path) -> None:
-    """torch's flight recorder dumps are pickles: never unpickled here (a pickle runs code); listed as not read."""
-    result = run_cli("triage", "--logs", str(FAILED_JOBS / "nvrx_fr_injected_gpu_error_1st" / "fr_dumps"))
-    assert result.returncode == 2 and "_dump_0: binary" in result.stderr, result.stdout + result.stderr
+@pytest.mark.parametrize(("case", "ranks"), [
+    # fault_injection.log: ranks 12 and 14 (GPU error); NVIDIA's own analyzer names only 12 at its HEAD
+    ("nvrx_fr_injected_gpu_error_1st", {"rank 12"}),
+    ("nvrx_fr_injected_lock_gil_2nd", {"rank 10", "rank 15"}),  # fault_injection.log: 10 and 15 hold the GIL
+])
+def test_real_flight_recorder_dumps_name_the_injected_ranks(case: str, ranks: set[str]) -> None:
+    code, found = _triage(FAILED_JOBS / case / "fr_dumps")
+    assert code == 0 and set(_culprits(found)) == ranks, found

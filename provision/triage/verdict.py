@@ -76,6 +76,8 @@ def judge(signals: list[Signal], addresses: dict[str, str], *, files: int = 0, l
             blame(signal.host, STRONG if hardware else LIKELY, f"CUDA error: {signal.text} ({signal.source})")
         elif signal.kind == "root_cause" and signal.host:
             blame(signal.host, LIKELY, f"torchrun's first observed failure: {signal.text} ({signal.source})")
+        elif signal.kind in ("fr_missing", "fr_idle") and signal.rank is not None:
+            blame(f"rank {signal.rank}", LIKELY, f"{signal.text} ({signal.source})")
         elif signal.kind == "peer_refused" and signal.peer:
             peer = addresses.get(signal.peer, signal.peer)
             blame(peer, LIKELY, f"refused {signal.reporter or 'a peer'}'s NCCL connection ({signal.source})")
@@ -126,21 +128,31 @@ TAIL_BYTES = 8 << 20
 def triage_directory(directory: Path, addresses: dict[str, str]) -> Triage:
     """Every file under ``directory`` (bounded: its last 8 MiB), its signatures and the verdict. A file that is not
     text is listed as unreadable, never read as "nothing failed there"."""
+    from provision.triage import flight_recorder
     from provision.triage.signals import host_of_file, read_log
 
     known = set(addresses.values())
     paths = sorted(path for path in directory.rglob("*") if path.is_file())
     texts: list[tuple[str, str]] = []
     unreadable: list[str] = []
+    dumps: dict[int, dict[str, Any]] = {}
     for path in paths:
+        name = str(path.relative_to(directory))
         with path.open("rb") as handle:
-            size = path.stat().st_size
-            handle.seek(max(0, size - TAIL_BYTES))
+            head = handle.read(2)
+            if head[:1] == b"\x80" and (rank := flight_recorder.rank_of(path.name)) is not None:
+                handle.seek(0)  # a flight recorder dump: read whole, builtins only
+                try:
+                    dumps[rank] = flight_recorder.load_dump(handle.read(flight_recorder.MAX_DUMP_BYTES + 1))
+                except ValueError as error:
+                    unreadable.append(f"{name}: {error}")
+                continue
+            handle.seek(max(0, path.stat().st_size - TAIL_BYTES))
             raw = handle.read()
         if b"\0" in raw[:4096]:
-            unreadable.append(f"{path.relative_to(directory)}: binary")
+            unreadable.append(f"{name}: binary")
             continue
-        texts.append((str(path.relative_to(directory)), raw.decode("utf-8", errors="replace")))
+        texts.append((name, raw.decode("utf-8", errors="replace")))
     signals: list[Signal] = []
     lines = 0
     for name, text in texts:  # hosts named anywhere help attribute the files named after them
@@ -150,4 +162,11 @@ def triage_directory(directory: Path, addresses: dict[str, str]) -> Triage:
     for name, text in texts:
         found, _count = read_log(text, name, host_of_file(name, known))
         signals += found
-    return judge(signals, addresses, files=len(texts), lines=lines, unreadable=unreadable)
+    if dumps:
+        missing, idle = flight_recorder.missing_ranks(dumps)
+        signals += [Signal("fr_missing", None, f"flight recorder, group {item.group}", f"never reached "
+                           f"{item.operation} #{item.seq} of {item.description or 'group ' + item.group} that ranks "
+                           f"{', '.join(map(str, item.waiting))} wait in", rank=item.rank) for item in missing]
+        signals += [Signal("fr_idle", None, "flight recorder", "no collective in flight while the others wait in "
+                           "theirs (its host stopped issuing work)", rank=rank) for rank in idle]
+    return judge(signals, addresses, files=len(texts) + len(dumps), lines=lines, unreadable=unreadable)
