@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from provision.state import ClusterLock, LockHeld, NodeState, StateStore, StoreError, TransitionError, lifecycle
-from provision.state.store import MIGRATIONS
+from provision.state.migrations import MIGRATIONS
 from tests.stores import recorded_run
 
 

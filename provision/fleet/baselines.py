@@ -25,6 +25,7 @@ from provision.spec.model import HardwareProfile
 from provision.spec.semantics import ResolvedNode
 from provision.state import StateStore
 from provision.state.store import BaselineSample
+from provision.state.views import ReadStore
 
 FORMAT = "provision-baseline"
 VERSION = 1
@@ -41,7 +42,7 @@ def hardware_of(profile: HardwareProfile, measured_on: str) -> str:
             + (", CPU workers" if measured_on == "cpu" else ""))
 
 
-def baseline_for(store: StateStore, loaded: LoadedSpec, profile: str, *, measured_on: str,
+def baseline_for(store: ReadStore, loaded: LoadedSpec, profile: str, *, measured_on: str,
                  exclude: Collection[str] = ()) -> baseline.Baseline | None:
     """The profile's baseline on the same hardware, the figures of the campaigns being judged (``exclude``) left
     out."""

@@ -16,7 +16,8 @@ from typing import Any, cast
 
 from provision.checks.baseline import figure_of
 from provision.errors import UsageProblem
-from provision.state import NodeState, StateStore
+from provision.state import NodeState
+from provision.state.views import NodeHistory
 
 
 def _manifest(run_dir: str) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def _manifest(run_dir: str) -> dict[str, Any]:
         return {}
 
 
-def recent_runs(store: StateStore, limit: int = 20) -> list[dict[str, Any]]:
+def recent_runs(store: NodeHistory, limit: int = 20) -> list[dict[str, Any]]:
     """The newest runs first: command, who ran it, how it ended, where its record is."""
     rows = []
     for row in store.runs(limit=limit):
@@ -38,7 +39,7 @@ def recent_runs(store: StateStore, limit: int = 20) -> list[dict[str, Any]]:
     return rows
 
 
-def node_story(store: StateStore, name: str) -> dict[str, Any]:
+def node_story(store: NodeHistory, name: str) -> dict[str, Any]:
     """Every lifecycle move of ``name`` with its stage, reason, evidence, who made it and in which run."""
     record = store.node(name)
     if record is None:
@@ -59,7 +60,7 @@ def node_story(store: StateStore, name: str) -> dict[str, Any]:
 # -- nodes back from repair ------------------------------------------------------------------------------------
 
 
-def last_return(store: StateStore, name: str) -> dict[str, Any] | None:
+def last_return(store: NodeHistory, name: str) -> dict[str, Any] | None:
     """The node's last return from repair, the quarantine before it and the moves after it; ``None`` if never."""
     moves = store.history(name)
     index = next((index for index in range(len(moves) - 1, -1, -1) if moves[index]["evidence"].get("returned")),
@@ -71,7 +72,7 @@ def last_return(store: StateStore, name: str) -> dict[str, Any] | None:
     return {"returned": moves[index], "quarantined": before, "after": moves[index + 1:]}
 
 
-def returned_nodes(store: StateStore, names: list[str]) -> dict[str, dict[str, Any]]:
+def returned_nodes(store: NodeHistory, names: list[str]) -> dict[str, dict[str, Any]]:
     """node -> its return move and the quarantine before it, for each node whose last move is a return."""
     found = {}
     for name in names:
@@ -90,7 +91,7 @@ def _worst(name: str, items: Sequence[Sequence[Any]]) -> float:
     return min(values) if figure_of(name).higher_is_better else max(values)
 
 
-def story(name: str, returned: dict[str, Any], store: StateStore,
+def story(name: str, returned: dict[str, Any], store: NodeHistory,
           figures_now: dict[str, list[tuple[str, float]]]) -> dict[str, Any]:
     """One returned node's before and after, as the phase report and the acceptance report show it."""
     record = store.node(name)

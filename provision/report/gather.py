@@ -28,6 +28,7 @@ from provision.report import plots
 from provision.spec import LoadedSpec
 from provision.spec.thresholds import effective_thresholds, stage_limits
 from provision.state import NodeState, StateStore
+from provision.state.views import ReadStore
 from topology import export
 
 BURNIN_COMMANDS = ("apply", "burnin")
@@ -75,7 +76,7 @@ def _load(path: Path) -> Any:
         return None
 
 
-def covered_runs(store: StateStore, run_id: str | None, campaign: str | None) -> list[dict[str, Any]]:
+def covered_runs(store: ReadStore, run_id: str | None, campaign: str | None) -> list[dict[str, Any]]:
     """The runs the report covers, oldest first."""
     every = store.runs(limit=100_000)
     if run_id is not None:
@@ -84,11 +85,9 @@ def covered_runs(store: StateStore, run_id: str | None, campaign: str | None) ->
             raise UsageProblem(f"--run {run_id}: no such run in the state store (see `provision runs`)")
         return chosen
     if campaign is not None:
-        members = {row["run_id"] for row in store.db.execute(
-            "SELECT DISTINCT run_id FROM burnin_passes WHERE campaign = ?", (campaign,)).fetchall()}
-        if store.db.execute("SELECT 1 FROM burnin_campaigns WHERE id = ?", (campaign,)).fetchone() is None:
+        members = store.campaign_runs(campaign)
+        if members is None:
             raise UsageProblem(f"--campaign {campaign}: no such burn-in campaign in the state store")
-        members.add(campaign)
         return sorted((row for row in every if row["id"] in members), key=lambda row: row["started_at"])
     for row in every:
         if row["command"] in BURNIN_COMMANDS and any(Path(row["run_dir"]).glob("burnin-*.json")):
@@ -117,7 +116,7 @@ def acceptance_line(runs: list[dict[str, Any]]) -> str:
     return ""
 
 
-def _cards(store: StateStore, nodes: list[Any]) -> list[dict[str, Any]]:
+def _cards(store: ReadStore, nodes: list[Any]) -> list[dict[str, Any]]:
     """A card per quarantined node: the move that quarantined it, with its check, evidence and remediation."""
     cards = []
     for record in nodes:
@@ -136,25 +135,20 @@ def _cards(store: StateStore, nodes: list[Any]) -> list[dict[str, Any]]:
     return cards
 
 
-def soak_campaign(store: StateStore, runs: list[dict[str, Any]], campaign: str | None) -> str | None:
+def soak_campaign(store: ReadStore, runs: list[dict[str, Any]], campaign: str | None) -> str | None:
     """The newest campaign among the covered runs whose soak recorded telemetry."""
     ids = [row["id"] for row in runs]
-    marks = ",".join("?" * len(ids))
     candidates = {campaign} if campaign else set()
-    candidates |= set(ids) | {row["campaign"] for row in store.db.execute(
-        f"SELECT DISTINCT campaign FROM burnin_passes WHERE run_id IN ({marks})", ids).fetchall()}
-    found = [row["campaign"] for row in store.db.execute(
-        "SELECT campaign, MAX(rowid) AS last FROM soak_samples GROUP BY campaign ORDER BY last DESC").fetchall()]
-    return next((name for name in found if name in candidates), None)
+    candidates |= set(ids) | store.campaigns_of(ids)
+    return next((name for name in store.soak_campaigns() if name in candidates), None)
 
 
-def soak_rows(store: StateStore, campaign: str | None, cards: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+def soak_rows(store: ReadStore, campaign: str | None, cards: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """Every node the soak failed, then a few healthy ones, each with its series thinned for plotting and the
     parts (a GPU, a port) its findings name."""
     if campaign is None:
         return [], ""
-    soaked = [row["node"] for row in store.db.execute(
-        "SELECT DISTINCT node FROM soak_samples WHERE campaign = ? ORDER BY node", (campaign,)).fetchall()]
+    soaked = store.soak_nodes(campaign)
     failed = {card["node"]: card["evidence"] for card in cards if card["stage"] == "soak"}
     chosen = [node for node in soaked if node in failed]
     chosen += [node for node in soaked if node not in failed][:SOAK_REFERENCE_NODES]
@@ -192,7 +186,7 @@ def _figures_by_node(records: list[dict[str, Any]]) -> dict[str, baseline.NodeFi
     return {node: baseline.node_figures(members) for node, members in sorted(by_node.items())}
 
 
-def baseline_rows(loaded: LoadedSpec, store: StateStore, runs: list[dict[str, Any]],
+def baseline_rows(loaded: LoadedSpec, store: ReadStore, runs: list[dict[str, Any]],
                   records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per hardware profile and judged figure: the delivery's items against the baseline of earlier campaigns (the
     covered runs' own campaigns left out), with the band, the floor and whether each item fell below it."""
@@ -222,7 +216,7 @@ def baseline_rows(loaded: LoadedSpec, store: StateStore, runs: list[dict[str, An
     return rows
 
 
-def returned_rows(store: StateStore, nodes: list[Any], runs: list[dict[str, Any]],
+def returned_rows(store: ReadStore, nodes: list[Any], runs: list[dict[str, Any]],
                   records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Nodes back from repair that the covered runs burned in again: before and after."""
     own = {row["id"] for row in runs}

@@ -20,7 +20,8 @@ from typing import Any
 from provision.fleet.capacity import capacity
 from provision.report.gather import busbw_rows, gpu_rows, link_health, node_records, pair_rows
 from provision.spec import LoadedSpec
-from provision.state import NodeState, StateStore
+from provision.state import NodeState
+from provision.state.views import ReadStore
 
 BURNIN_COMMANDS = ("apply", "burnin")
 GIGA = 1e9
@@ -76,7 +77,7 @@ def _load_json(path: Path) -> Any:
         return None
 
 
-def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Family]:
+def families(loaded: LoadedSpec, store: ReadStore, state_dir: Path) -> list[Family]:
     """Every family the textfile carries: the nodes' states, the latest runs, the latest burn-in's figures, the
     suspect cables and the soak's latest poll."""
     cluster = loaded.spec.cluster.name
@@ -88,7 +89,7 @@ def families(loaded: LoadedSpec, store: StateStore, state_dir: Path) -> list[Fam
             suspects, *soak_families(store, cluster)]
 
 
-def _node_families(loaded: LoadedSpec, store: StateStore, cluster: str) -> list[Family]:
+def _node_families(loaded: LoadedSpec, store: ReadStore, cluster: str) -> list[Family]:
     state = Family("provision_node_state", "1 for the lifecycle state the node is in, 0 for the others")
     since = Family("provision_node_state_since_timestamp_seconds", "When the node entered its current state")
     nodes = Family("provision_nodes", "Nodes of the spec in each lifecycle state")
@@ -179,7 +180,7 @@ SOAK_GPU = {
 }
 
 
-def soak_families(store: StateStore, cluster: str) -> list[Family]:
+def soak_families(store: ReadStore, cluster: str) -> list[Family]:
     """The newest soak's latest telemetry per node: each GPU's series, each rail port's error counters, and how far
     into the soak that poll was (a soak that stopped shows its age here)."""
     campaign, latest = store.soak_latest()
@@ -209,7 +210,7 @@ def textfile_dir(loaded: LoadedSpec) -> Path | None:
     return directory if directory.is_absolute() else loaded.path.parent / directory
 
 
-def write_textfile(loaded: LoadedSpec, store: StateStore, state_dir: Path, directory: Path) -> Path:
+def write_textfile(loaded: LoadedSpec, store: ReadStore, state_dir: Path, directory: Path) -> Path:
     """Write ``provision_<cluster>.prom`` in ``directory`` whole (temporary name, then rename)."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"provision_{loaded.spec.cluster.name}.prom"
