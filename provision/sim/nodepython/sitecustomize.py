@@ -178,8 +178,16 @@ def _corrupt_first(result: Any) -> None:
 
 
 def _install(faults: list[Fault], time_scale: float = 1.0) -> None:
+    """The node's rank faults, one installer per kind of fault: each wraps the torch call its fault acts in."""
+    _install_matmul_faults(faults, time_scale)
+    _install_step_slowdown(faults)
+    _install_worker_errors(faults)
+    _install_collective_faults(faults)
+
+
+def _install_matmul_faults(faults: list[Fault], time_scale: float) -> None:
+    """A slow or sagged GPU's matmul, a rank's wrong results (the node stage's)."""
     import torch
-    import torch.distributed as dist
 
     slow = [fault for fault in faults if fault["kind"] == "slow_gpu"]
     slow += [{**fault, "kind": "slow_gpu", "struck": lambda fault=fault: _sagged(fault, time_scale)}
@@ -214,6 +222,11 @@ def _install(faults: list[Fault], time_scale: float = 1.0) -> None:
 
         torch.matmul = matmul
 
+
+def _install_step_slowdown(faults: list[Fault]) -> None:
+    """A training step slow every few steps (the training test's loss)."""
+    import torch
+
     periodic = [fault for fault in faults if fault["kind"] == "step_slowdown"]
     if periodic:  # the loss of a training step: only the training test computes one
         real_loss = torch.nn.functional.cross_entropy
@@ -229,6 +242,11 @@ def _install(faults: list[Fault], time_scale: float = 1.0) -> None:
             return real_loss(*args, **kwargs)
 
         torch.nn.functional.cross_entropy = cross_entropy
+
+
+def _install_worker_errors(faults: list[Fault]) -> None:
+    """A worker that fails at init, exits clean or goes silent."""
+    import torch.distributed as dist
 
     failing = [fault for fault in faults if fault["kind"] == "worker_error"]
     if failing:
@@ -256,6 +274,11 @@ def _install(faults: list[Fault], time_scale: float = 1.0) -> None:
             return done
 
         dist.init_process_group = init_process_group
+
+
+def _install_collective_faults(faults: list[Fault]) -> None:
+    """A hung or slow rank, a corrupting one, a degraded HCA port (the collectives)."""
+    import torch.distributed as dist
 
     stalls = [fault for fault in faults if fault["kind"] in ("rank_hang", "rank_slow")]
     corrupting = [fault for fault in faults if fault["kind"] == "collective_corruption"]
