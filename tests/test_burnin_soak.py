@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from provision.spec.faults import CATALOG
+from tests import promstack
 from tests.conftest import ROOT, run_cli
 from tests.simhelpers import processes_of, provision, shrink_to_four_gpus, write_spec
 from tests.test_burnin_resume import _wait_for
@@ -77,6 +78,12 @@ def test_a_healthy_node_soaks_its_hours_under_load_and_is_admitted(soaked: dict)
     textfile = (soaked["spec"].parent / ".provision" / "metrics" / "provision_sim16.prom").read_text()
     assert 'provision_soak_gpu_temperature_celsius{campaign=' in textfile
     assert 'counter="symbol_error",node="sim03",port="mlx5_0"}' in textfile
+    # the textfile of a whole burn-in through the soak, as the sink rewrote it, passes promtool's lint (issue 56:
+    # only a textfile without soak data was linted, and the soak's counter name failed it)
+    if promstack.PROMTOOL:
+        linted = subprocess.run([promstack.PROMTOOL, "check", "metrics"], input=textfile, text=True,
+                                capture_output=True, timeout=30)
+        assert linted.returncode == 0 and not linted.stdout.strip(), linted.stdout + linted.stderr
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda fault: fault["kind"])
