@@ -208,7 +208,7 @@ def test_provisioning_converges_the_hosts_and_installs_the_runtime(delivery) -> 
         assert not (Path("/") / path).exists(), f"/{path} was written on this machine"
     # the bytecode of what the burn-in imports, written as root (its workers cannot), and not of every torch module
     compiled = {path.name.split(".")[0] for path in (root / RUNTIME.lstrip("/")).rglob("*.pyc")}
-    assert {"node_test", "node_check", "distributed_c10d"} <= compiled, "the burn-in's imports"
+    assert {"node_test", "on_node", "distributed_c10d"} <= compiled, "the burn-in's imports"
     assert "test_case" not in compiled, "torch's test helpers, which nothing imports"
     described = _ssh(servers, ADDRESSES["sim02"], f"{RUNTIME}/bin/python -m fabric_tests.version")
     assert described.returncode == 0, described.stderr
