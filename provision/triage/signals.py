@@ -17,6 +17,7 @@ them are printed by the victims, not the culprit. So each signature records who 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -93,7 +94,7 @@ def read_log(text: str, name: str, host: str | None = None) -> tuple[list[Signal
     for number, line in enumerate(lines):
         where = f"{name}:{number + 1}"
         prefix = _NCCL_PREFIX.match(line)
-        reporter = prefix.group(1) if prefix else host
+        reporter = prefix.group(1) if prefix else None
         if match := _NODE_FAILURE.search(line):
             signals.append(Signal("node_failure", match.group(1), where, line.strip()))
         elif match := _REFUSED.search(line):
@@ -102,14 +103,29 @@ def read_log(text: str, name: str, host: str | None = None) -> tuple[list[Signal
             signals.append(Signal("ib_completion_error", None, where, line.strip(), peer=match.group(1),
                                   reporter=reporter, code=int(match.group(2))))
         elif match := _WATCHDOG.search(line):
-            signals.append(Signal("watchdog_timeout", host, where, line.strip(), rank=int(match.group(1)),
+            signals.append(Signal("watchdog_timeout", None, where, line.strip(), rank=int(match.group(1)),
                                   seq=int(match.group(2))))
         elif match := _CUDA.search(line):
             signals.append(Signal("cuda_error", reporter, where, (match.group(1) or match.group(2)).strip()))
     for xid in kernel_log.find_xids(kernel_log.parse_kernel_log(text)):
-        signals.append(Signal("xid", host, name, f"Xid {xid.code} on GPU {xid.pci}: {xid.detail}", code=xid.code))
+        signals.append(Signal("xid", None, name, f"Xid {xid.code} on GPU {xid.pci}: {xid.detail}", code=xid.code))
     signals += _failure_table(lines, name)
-    return signals, len([line for line in lines if line.strip()])
+    return attributed(signals, host), len([line for line in lines if line.strip()])
+
+
+#: The signatures whose line does not name its host: a file's host is theirs (``host`` for these, ``reporter``
+#: for those between two hosts). The others name the host they point at in the line itself.
+_OWN_HOST = frozenset({"watchdog_timeout", "cuda_error", "xid"})
+_OWN_REPORTER = frozenset({"peer_refused", "ib_completion_error"})
+
+
+def attributed(signals: list[Signal], host: str | None) -> list[Signal]:
+    """The signatures of a file whose host is known, given that host where their lines did not name one."""
+    if host is None:
+        return signals
+    return [dataclasses.replace(signal, host=host) if signal.kind in _OWN_HOST and signal.host is None
+            else dataclasses.replace(signal, reporter=host) if signal.kind in _OWN_REPORTER and signal.reporter is None
+            else signal for signal in signals]
 
 
 def host_of_file(name: str, known: set[str]) -> str | None:

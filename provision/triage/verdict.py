@@ -129,7 +129,7 @@ def triage_directory(directory: Path, addresses: dict[str, str]) -> Triage:
     """Every file under ``directory`` (bounded: its last 8 MiB), its signatures and the verdict. A file that is not
     text is listed as unreadable, never read as "nothing failed there"."""
     from provision.triage import flight_recorder
-    from provision.triage.signals import host_of_file, read_log
+    from provision.triage.signals import attributed, host_of_file, read_log
 
     known = set(addresses.values())
     paths = sorted(path for path in directory.rglob("*") if path.is_file())
@@ -153,15 +153,15 @@ def triage_directory(directory: Path, addresses: dict[str, str]) -> Triage:
             unreadable.append(f"{name}: binary")
             continue
         texts.append((name, raw.decode("utf-8", errors="replace")))
-    signals: list[Signal] = []
+    read = {}
     lines = 0
-    for name, text in texts:  # hosts named anywhere help attribute the files named after them
+    for name, text in texts:  # each file read once; hosts named anywhere help attribute the files named after them
         found, count = read_log(text, name)
         known.update(signal.host for signal in found if signal.host)
+        read[name] = found
         lines += count
-    for name, text in texts:
-        found, _count = read_log(text, name, host_of_file(name, known))
-        signals += found
+    signals: list[Signal] = [signal for name, found in read.items()
+                             for signal in attributed(found, host_of_file(name, known))]
     if dumps:
         missing, idle = flight_recorder.missing_ranks(dumps)
         signals += [Signal("fr_missing", None, f"flight recorder, group {item.group}", f"never reached "
