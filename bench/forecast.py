@@ -18,7 +18,6 @@ Run: python -m bench.forecast [--quick] --json
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import random
@@ -28,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from provision.forecast.model import forecast
+from provision.forecast.model import forecast, increments
 
 THRESHOLD = 2000.0
 
@@ -87,7 +86,7 @@ def judge(series: Series, horizon: float, alarm: int) -> dict[str, list[float]]:
         if result.hours is not None and result.hours <= horizon:
             flags["forecast"].append(now)
         day = [step for step in seen if step[0] >= now - 24]
-        counted = sum(b - a if b >= a else b for (_, a), (_, b) in itertools.pairwise(day))
+        counted = sum(step[2] for step in increments(day))  # as the forecast reads resets
         if counted >= alarm:
             flags["threshold"].append(now)
     return flags
