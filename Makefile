@@ -56,7 +56,7 @@ test-fast: install bytecode
 
 # The long run of the spec fuzzers: 10,000 mutated files through validate, 20,000 hypothesis mutants.
 fuzz: install
-	PROVISION_FUZZ_CASES=10000 PROVISION_FUZZ_EXAMPLES=20000 $(BIN)/pytest -q tests/test_spec_mutations.py tests/test_spec_fuzz.py
+	PROVISION_FUZZ_CASES=10000 PROVISION_FUZZ_EXAMPLES=20000 $(BIN)/pytest -q tests/spec/test_mutations.py tests/spec/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) examples/.provision .pytest_cache .hypothesis

@@ -147,20 +147,23 @@ def _mark_fast_or_slow(items: list[pytest.Item]) -> None:
 #: Modules that change one thing of this machine's and so never run beside each other: the login user's password
 #: and sudoers (the SSH modules), the probe for free consecutive ports (the Slurm modules).
 SHARED_MACHINE_STATE = {
-    "test_connection": "login-user", "test_fanout": "login-user", "test_provision_ssh": "login-user",
-    "test_slurm": "slurm", "test_slurm_launcher": "slurm",
+    "hosts/test_connection": "login-user", "hosts/test_fanout": "login-user",
+    "hosts/test_provisioning_ssh": "login-user", "sinks/test_slurm": "slurm", "burnin/test_slurm_launcher": "slurm",
 }
 #: The longest modules, longest first (seconds of a clean-clone run on two cores, PROVISION_TEST_TIMES): handed
 #: out first, so that the last module a worker starts is a short one and the two workers end together.
-LONGEST_FIRST = ("test_sim_namespace", "test_provision", "test_burnin_multinode", "test_baseline_campaigns",
-                 "test_slurm", "test_slurm_launcher", "test_bmc_recovery", "test_burnin_soak", "test_provision_ssh",
-                 "test_burnin_training", "test_sim", "test_burnin_invariant", "test_cli", "test_provision_budget",
-                 "test_fanout", "test_connection", "test_burnin_pairs", "test_burnin_resume", "test_spec_fuzz",
-                 "test_bmc", "test_run_lifecycle", "test_spec_mutations")
+LONGEST_FIRST = ("sim/test_namespace", "hosts/test_provisioning", "burnin/test_multinode",
+                 "fleet/test_baseline_campaigns", "sinks/test_slurm", "burnin/test_slurm_launcher",
+                 "hosts/test_recovery", "burnin/test_soak", "hosts/test_provisioning_ssh", "burnin/test_training",
+                 "sim/test_sim", "burnin/test_invariant", "cli/test_cli", "hosts/test_provisioning_budget",
+                 "hosts/test_fanout", "hosts/test_connection", "burnin/test_pairs", "burnin/test_resume",
+                 "spec/test_fuzz", "hosts/test_bmc", "run/test_lifecycle", "spec/test_mutations")
 
 
 def _module(nodeid: str) -> str:
-    return nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+    """``tests/burnin/test_soak.py::test_x`` -> ``burnin/test_soak``: the path names a module, never its base name
+    alone (``burnin/test_soak`` and ``checks/test_soak`` are two)."""
+    return nodeid.split("::")[0].removeprefix("tests/").removesuffix(".py")
 
 
 def _unit(nodeid: str) -> str:

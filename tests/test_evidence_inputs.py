@@ -1,6 +1,6 @@
 """The silence rule for what a person hands the tool (issue 51): every command's evidence option, walked.
 
-``tests/test_silence.py`` walks the facts a host is asked for; this walks the files an operator gives a command.
+``tests/facts/test_silence.py`` walks the facts a host is asked for; this walks the files an operator gives a command.
 For each evidence option of each command (found by walking the command line, so a new option without cases fails
 here) four files that cannot be evidence are handed over alone: an empty file, a binary one, a good file cut in
 the middle of a line, and a file of another tool's format. None may end as health: a file of which nothing was
@@ -35,7 +35,7 @@ NOT_EVIDENCE = {
     "--actions": "a folder the command writes",
     "export file": "the file `baseline export` writes",
     "--logs": "a failed job's folder of logs: triage says inconclusive (exit 1) when it recognises nothing, and "
-              "lists the files it could not read (tests/test_triage.py walks empty, binary and foreign folders)",
+              "lists the files it could not read (tests/triage/test_triage.py walks empty, binary and foreign folders)",
 }
 
 

@@ -9,7 +9,7 @@ also carries another test.
 Rounds are chosen greedily: each takes the tests that cross the most cables not yet crossed, then pairs
 everyone left over (same-rail, hosts not yet tested first), so every round keeps every host busy and every
 host is tested at least once. Greedy set cover is within a log factor of the fewest tests; on the fat tree's
-regular routes it reaches full cover in a few rounds (``tests/test_pairing.py``). A cable no test among these
+regular routes it reaches full cover in a few rounds (``tests/topology/test_pairing.py``). A cable no test among these
 hosts can cross (one only traffic to hosts outside the burn-in would use) is reported as not coverable
 rather than counted as tested.
 """

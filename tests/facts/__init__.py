@@ -1,0 +1,1 @@
+"""Tests of provision/facts/ (the folders beside are the facts' recorded cases)."""

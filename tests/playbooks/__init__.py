@@ -1,0 +1,1 @@
+"""Tests of playbooks/ and its modules."""
