@@ -4,7 +4,9 @@ Two launches: ``train`` (DDP, then FSDP with a sharded checkpoint half-way) and 
 the checkpoint and finish the run). A node passes when each of its ranks finished both, its losses fell under DDP
 and under FSDP, its step times stayed within the spread the spec allows, and the resumed run matched the first
 bit for bit (losses and final weight shard). A rank that stops is named by the watchdog and its node taken out;
-the others run again, since a checkpoint is only comparable within one world.
+the others run again, since a checkpoint is only comparable within one world. A launch that fails on every node
+at once is ours until it repeats (seen on a loaded machine: every rank timed out while one was late loading the
+checkpoint): the whole attempt runs once more, and only a second failure everywhere stops the burn-in as systemic.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from provision.burnin.launch import Launcher, LaunchResult, NodeRun, launch
-from provision.burnin.records import culprits, keep_logs, lost_nodes, raised_errors, unfinished_workers, worker_problems
+from provision.burnin.records import (
+    FailedEverywhere,
+    culprits,
+    keep_logs,
+    lost_nodes,
+    raised_errors,
+    unfinished_workers,
+    worker_problems,
+)
 from provision.burnin.verdict import NodeVerdict, judge
 from provision.checks.node_stage import on_gpu
 from provision.checks.outcome import CheckResult, Outcome
@@ -215,6 +225,15 @@ def _incomplete(problems: dict[str, list[str]], nodes: int, *, phase: str,
                                "and stack dump in the run directory", lines[:8])] for host, lines in causes.items()}
 
 
+def _stopped(result: LaunchResult, nodes: int, params: dict[str, Any], *, phase: str,
+             attempt: int) -> dict[str, list[CheckResult]]:
+    """The nodes one launch stopped at, with their failed results: those that raised, were lost, or whose workers
+    gave nothing (:func:`_incomplete`); every node at once raises :class:`FailedEverywhere`."""
+    return _incomplete(raised_errors(result), nodes, phase=phase, attempt=attempt) or lost_nodes(
+        result, check="training", doing=f"during the {phase} launch", timeout_s=params["timeout_s"],
+        when=f"the {phase} launch") or _incomplete(worker_problems(result), nodes, phase=phase, attempt=attempt)
+
+
 def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, seed: int, port: int,
                        run_id: str, evidence_dir: Path, launcher: Launcher = launch) -> list[NodeVerdict]:
     burnin = loaded.spec.burnin
@@ -226,6 +245,7 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
     remaining = list(nodes)
     judged: dict[str, list[CheckResult]] = {}
     steps: dict[str, tuple[str, dict[str, list[tuple[str, float]]]]] = {}
+    retried = False
     for attempt in range(1, MAX_ATTEMPTS + 1):
         if not remaining:  # one node left still trains: DDP and FSDP across its own GPUs
             break
@@ -236,15 +256,18 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
                             deadline_s=deadline, port=port + 2 * attempt + len(launches))
             keep_logs(result, evidence_dir / f"training-attempt{attempt}-{phase}")
             launches.append(result)
-            stopped = _incomplete(raised_errors(result), len(remaining), phase=phase, attempt=attempt) or lost_nodes(
-                result, check="training", doing=f"during the {phase} launch", timeout_s=params["timeout_s"],
-                when=f"the {phase} launch") or _incomplete(worker_problems(result), len(remaining), phase=phase,
-                                                           attempt=attempt)
+            try:
+                stopped = _stopped(result, len(remaining), params, phase=phase, attempt=attempt)
+            except FailedEverywhere:
+                if retried or attempt == MAX_ATTEMPTS:
+                    raise
+                retried = True  # once, as ours (a rendezvous or a checkpoint load late under load): all again
+                break
             if stopped:
                 for host, results in stopped.items():
                     failed.setdefault(host, []).extend(results)
                 break
-        if len(launches) == 2 and not stopped:
+        else:
             shared = shared_growth(launches[0].nodes)
             for trained, resumed in zip(launches[0].nodes, launches[1].nodes, strict=True):
                 judged[trained.node] = judge_training(trained, resumed, nproc, limits["step_time_cv"],

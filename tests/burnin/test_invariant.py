@@ -174,6 +174,21 @@ def test_training_that_failed_on_every_node_stops_as_systemic(loaded, tmp_path: 
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize("failing", [0, 1], ids=["train", "resume"])
+def test_training_that_failed_everywhere_once_runs_every_node_again(loaded, tmp_path: Path, monkeypatch,
+                                                                     failing: int) -> None:
+    """A failure everywhere in either launch is ours the first time: the attempt runs again with every node, and
+    the nodes pass on the second attempt's measurements; the first attempt's logs stay as evidence."""
+    everyone = ("sim01", "sim02", "sim03", "sim04")
+    behaviours = [{}] * failing + [dict.fromkeys(everyone, "peer"), {}, {}]
+    verdicts, launched = _training(loaded, tmp_path, monkeypatch, behaviours)
+    assert launched == [list(everyone)] * (failing + 3)
+    assert all(verdicts[host].passed for host in everyone), {host: v.reason for host, v in verdicts.items()}
+    assert (tmp_path / "workers" / f"training-attempt1-{('train', 'resume')[failing]}").is_dir()
+    assert (tmp_path / "workers" / "training-attempt2-resume").is_dir()
+
+
+@pytest.mark.fast
 @pytest.mark.parametrize("kind", ["init", "silent"])
 def test_the_node_stage_fails_a_node_whose_workers_gave_nothing(kind: str) -> None:
     records = _errors(0, 4, NCCL_INIT) if kind == "init" else []
