@@ -51,8 +51,9 @@ test: install apt-packages lint bytecode
 # Every test that starts no cluster, daemon, browser or process (tests/conftest.py marks the others slow): parsers,
 # judgements, replayed launches, the fabric model, the spec, the layering (< 30 s). They are pure and single-threaded,
 # so two workers (pytest-xdist) halve them; the full suite is not spread (its clusters already use every core).
+# The spec fuzzers run 25 cases here (600 in make test, 10,000 and more in make fuzz): a smoke test of the fuzzing.
 test-fast: install bytecode
-	PROVISION_FUZZ_EXAMPLES=100 PROVISION_FUZZ_CASES=100 $(BIN)/pytest -m "not slow" -q -n 2
+	PROVISION_FUZZ_EXAMPLES=25 PROVISION_FUZZ_CASES=25 $(BIN)/pytest -m "not slow" -q -n 2
 
 # The long run of the spec fuzzers: 10,000 mutated files through validate, 20,000 hypothesis mutants.
 fuzz: install

@@ -21,6 +21,11 @@ SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
 
 
 os.environ.setdefault("COLUMNS", "200")  # before the CLI's consoles are made: tables as wide as a log line
+# pytest rewrites each test module's asserts at import and caches the result as bytecode, unless bytecode is not
+# written: where PYTHONDONTWRITEBYTECODE is set (CI images set it) every worker rewrote all 80 modules on every run,
+# a third of test-fast's collection. The suite's own process writes its bytecode; what it starts inherits the
+# environment unchanged (``make bytecode`` covers the project for those).
+sys.dont_write_bytecode = False
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,

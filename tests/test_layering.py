@@ -7,6 +7,7 @@ modules, one run lifecycle. ``test_an_edited_map_fails`` shows on a copy of the 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from dataclasses import dataclass
@@ -55,7 +56,18 @@ def _imports(name: str, path: Path) -> set[str]:
     return names
 
 
-IMPORTS = {name: _imports(name, path) for name, path in MODULES.items()}
+@functools.cache
+def all_imports() -> dict[str, set[str]]:
+    """Module -> what it imports, parsed once, when a test first asks (not at collection: every worker collects)."""
+    return {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def with_edges(*edges: tuple[str, str]) -> dict[str, set[str]]:
+    """A copy of the import graph with ``(module, target)`` imports added: what the tests feed the rules."""
+    graph = {name: set(targets) for name, targets in all_imports().items()}
+    for module, target in edges:
+        graph.setdefault(module, set()).add(target)
+    return graph
 
 
 MAP = ROOT / "docs" / "architecture.md"
@@ -163,14 +175,14 @@ def reader_violations(readers: tuple[str, ...], mutating: tuple[str, ...], impor
 def test_reading_never_repairs() -> None:
     readers, mutating = read_roles(MAP.read_text())
     assert readers and mutating
-    assert reader_violations(readers, mutating, IMPORTS) == []
+    assert reader_violations(readers, mutating, all_imports()) == []
 
 
 def test_a_reader_reaching_a_mutating_module_fails() -> None:
     """An edited copy of the import graph in which the report reaches the repair loop through a helper."""
     readers, mutating = read_roles(MAP.read_text())
-    edited = {**IMPORTS, "provision.report.gather": {*IMPORTS["provision.report.gather"], "provision.fleet.capacity"},
-              "provision.fleet.capacity": {*IMPORTS["provision.fleet.capacity"], "provision.repairs.cables"}}
+    edited = with_edges(("provision.report.gather", "provision.fleet.capacity"),
+                        ("provision.fleet.capacity", "provision.repairs.cables"))
     problems = reader_violations(readers, mutating, edited)
     assert any(problem.startswith("provision.report.gather reaches provision.repairs.cables: "
                                   "provision.report.gather -> provision.fleet.capacity -> provision.repairs.cables")
@@ -189,8 +201,8 @@ def simulator_leaks(imports: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_simulator_is_behind_its_wall() -> None:
-    assert simulator_leaks(IMPORTS) == []
-    edited = {**IMPORTS, "provision.network.routes": {*IMPORTS["provision.network.routes"], "provision.sim.cluster"}}
+    assert simulator_leaks(all_imports()) == []
+    edited = with_edges(("provision.network.routes", "provision.sim.cluster"))
     assert simulator_leaks(edited) == ["provision.network.routes imports provision.sim.cluster"]
 
 
@@ -207,13 +219,13 @@ def package_cycles(imports: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_cycles_between_packages() -> None:
-    assert package_cycles(IMPORTS) == []
-    edited = {**IMPORTS, "provision.network.sources": {*IMPORTS["provision.network.sources"], "provision.sim.fabric"}}
+    assert package_cycles(all_imports()) == []
+    edited = with_edges(("provision.network.sources", "provision.sim.fabric"))
     assert ["provision.network", "provision.sim"] in package_cycles(edited)
 
 
 def test_the_imports_are_what_the_map_says() -> None:
-    assert violations(read_map(MAP.read_text()), IMPORTS) == []
+    assert violations(read_map(MAP.read_text()), all_imports()) == []
 
 
 def test_an_edited_map_fails(tmp_path: Path) -> None:
@@ -225,12 +237,12 @@ def test_an_edited_map_fails(tmp_path: Path) -> None:
     forgetful = edited.replace(line, line.replace(", `catalog` |", " |"))
     assert forgetful != text
     assert "provision.checks.spec_expectations imports provision.catalog: the map does not allow it" in \
-        violations(read_map(forgetful), IMPORTS)
-    leaky = dict(IMPORTS, **{"topology.hostlist": IMPORTS["topology.hostlist"] | {"provision.spec"}})
+        violations(read_map(forgetful), all_imports())
+    leaky = dict(all_imports(), **{"topology.hostlist": all_imports()["topology.hostlist"] | {"provision.spec"}})
     assert "topology.hostlist imports provision.spec: the map does not allow it" in violations(read_map(text), leaky)
-    unplaced = dict(IMPORTS, **{"provision.newcomer": {"provision.spec"}})
+    unplaced = dict(all_imports(), **{"provision.newcomer": {"provision.spec"}})
     assert "provision.newcomer is on no row of the map" in violations(read_map(text), unplaced)
-    third_party = dict(IMPORTS, **{"fabric_tests.agent": IMPORTS["fabric_tests.agent"] | {"numpy"}})
+    third_party = dict(all_imports(), **{"fabric_tests.agent": all_imports()["fabric_tests.agent"] | {"numpy"}})
     assert "fabric_tests.agent imports numpy: the map allows only ['torch']" in \
         violations(read_map(text), third_party)
 
@@ -247,7 +259,7 @@ def test_the_top_level_is_the_composition_root_and_its_leaves() -> None:
 
 
 def test_only_the_cli_imports_the_cli() -> None:
-    bad = sorted(f"{module} imports {target}" for module, targets in IMPORTS.items()
+    bad = sorted(f"{module} imports {target}" for module, targets in all_imports().items()
                  if not module.startswith("provision.cli") and module != "provision.__main__"
                  for target in targets if target == "provision.cli" or target.startswith("provision.cli."))
     assert bad == []
@@ -256,7 +268,7 @@ def test_only_the_cli_imports_the_cli() -> None:
 def test_no_import_cycles() -> None:
     graph = nx.DiGraph()
     graph.add_nodes_from(MODULES)
-    graph.add_edges_from((module, target) for module, targets in IMPORTS.items()
+    graph.add_edges_from((module, target) for module, targets in all_imports().items()
                          for target in targets if target in MODULES and target != module)
     # a package's __init__ importing its own submodules is how packages are assembled, not a cycle
     cycles = [cycle for cycle in nx.simple_cycles(graph)

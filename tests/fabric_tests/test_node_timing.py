@@ -89,6 +89,7 @@ def test_node_mates_in_lockstep_time_the_same_windows_and_stop_together() -> Non
     assert got[0][2] == got[1][2] == ROUND, "rank 0's time was up at the first vote: one round, for both"
 
 
+@pytest.mark.slow  # 2.5 s of torch matmuls: left out of make test-fast
 def test_each_shape_of_the_sweep_is_timed_on_operands_of_that_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sweep's first shape is n/2: operands carried over from it and counted as n's work made an H100 read
     5,815 TFLOPS at n = 8192 (8x its 723, measured on an H100 with `python -m bench.gpu`, 2026-11-28), a matmul

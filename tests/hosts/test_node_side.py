@@ -20,7 +20,7 @@ import pytest
 
 from provision.hosts import runtime
 from tests.conftest import ROOT
-from tests.test_layering import IMPORTS, MODULES
+from tests.test_layering import MODULES, all_imports
 
 NODE_SIDE = {name for name, path in MODULES.items() if path.relative_to(ROOT).as_posix() in runtime.NODE_MODULES}
 FABRIC_TESTS = {name for name in MODULES if name.split(".")[0] == "fabric_tests"}
@@ -36,12 +36,12 @@ def test_every_node_side_module_is_a_module() -> None:
 @pytest.mark.parametrize("name", sorted(NODE_SIDE | FABRIC_TESTS))
 def test_node_side_code_imports_only_itself_and_the_standard_library(name: str) -> None:
     allowed = NODE_SIDE | FABRIC_TESTS | ({"provision"} if name in NODE_SIDE else set())
-    outside = sorted(target for target in IMPORTS[name] if target.split(".")[0] not in STDLIB
+    outside = sorted(target for target in all_imports()[name] if target.split(".")[0] not in STDLIB
                      and target not in allowed and not (name in FABRIC_TESTS and target.split(".")[0]
                                                         in RUNTIME_PACKAGES))
     assert not outside, f"{name} runs on the nodes, where these are absent: {outside}"
     if name in NODE_SIDE:
-        assert not any(target.split(".")[0] == "fabric_tests" for target in IMPORTS[name])
+        assert not any(target.split(".")[0] == "fabric_tests" for target in all_imports()[name])
 
 
 def test_node_check_needs_nothing_outside_the_node_modules() -> None:
@@ -51,7 +51,7 @@ def test_node_check_needs_nothing_outside_the_node_modules() -> None:
         if module in seen:
             continue
         seen.add(module)
-        todo += [target for target in IMPORTS[module] if target in MODULES]
+        todo += [target for target in all_imports()[module] if target in MODULES]
     assert seen <= NODE_SIDE, sorted(seen - NODE_SIDE)
 
 

@@ -41,6 +41,7 @@ def test_slurm_topology_places_every_host_once_under_one_root(tmp_path: Path) ->
     assert reference["su16"]["Nodes"][-1] == "gpu511"
 
 
+@pytest.mark.slow  # 2 s: a simulated fabric brought up and drawn: left out of make test-fast
 def test_draw_marks_the_problems_an_audit_finds(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, [{"kind": "missing_cable", "target": "spine-g03-02/4"},
                                  {"kind": "miswired_cable", "target": "leaf-su01-r0/1",

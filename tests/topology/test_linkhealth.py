@@ -120,6 +120,7 @@ def test_tomography_finds_one_to_three_bad_cables_through_noise(seed):
     assert used <= 3 * tomography.information_bound(len(router.cables), len(bad))
 
 
+@pytest.mark.slow  # 3 s: twelve localisations: left out of make test-fast
 def test_a_test_never_sweeps_in_the_fabric_while_a_suspect_leads(worth=0.5):
     """A cable outside the failing tests is only cleared if one cable is bad. Tests that filled up to half the mass
     with such cables covered the whole fabric, failed on the second bad cable and cost a round its progress."""
