@@ -1,0 +1,1 @@
+"""Tests of provision/hostmodel/, the simulated hosts' hardware model."""
