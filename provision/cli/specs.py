@@ -35,8 +35,11 @@ def validate(files: tuple[Path, ...], as_json: bool) -> int:
             fabric = summary["fabric"]
             shape = (f"{fabric['tiers']}-tier fabric: {fabric['leaves']} leaves, {fabric['spines']} spines, "
                      f"{fabric['cores']} cores, {fabric['cables']:,} cables" if fabric else "fabric from cabling file")
+            domains = summary["nvlink_domains"]
+            shown = (f", {len(domains)} NVLink domain(s) of " + ", ".join(f"{d['trays']} trays ({d['size']} GPUs)"
+                                                                       for d in domains)) if domains else ""
             out.print(f"ok: {file}: cluster {summary['cluster']}, {summary['nodes']} nodes "
-                      f"({summary['gpus']:,} GPUs), {shape}", markup=False)
+                      f"({summary['gpus']:,} GPUs), {shape}{shown}", markup=False)
     if as_json:
         emit_json({"ok": not failed, "files": results})
     return EXIT_USAGE if failed else EXIT_OK

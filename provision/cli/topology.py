@@ -9,12 +9,22 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from provision.cli.common import emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
-from provision.errors import EXIT_OK, EXIT_PROBLEMS
+from provision.cli.common import (
+    emit_json,
+    existing_store,
+    json_option,
+    out,
+    spec_argument,
+    state_dir_of,
+    state_dir_option,
+)
+from provision.errors import EXIT_OK, EXIT_PROBLEMS, UsageProblem
 from provision.network.sources import design_fabric, problem_places, read_observed, simulated_dump
 from provision.network.view import view_of_spec
-from provision.spec import load_fabric_spec, load_spec
+from provision.spec import LoadedSpec, load_fabric_spec, load_spec
+from provision.state import NodeState
 from topology import export, rules
+from topology.hostlist import expand
 
 
 @click.group()
@@ -53,18 +63,63 @@ def topology_check(spec: Path, as_json: bool) -> int:
 @topology.command(name="slurm")
 @spec_argument
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write here, not stdout.")
-def topology_slurm(spec: Path, output: Path | None) -> int:
-    """Slurm topology.conf (tree plugin) for the fabric SPEC designs."""
+@click.option("--plugin", type=click.Choice(["block", "tree"]), default=None,
+              help="With nvlink_domains: topology/block (Slurm 23.11+, the default) or topology/tree (older Slurm).")
+@click.option("--admitted", is_flag=True,
+              help="With nvlink_domains: only each domain's admitted trays (from the state store): the size that "
+                   "remains after a failed tray.")
+@state_dir_option
+def topology_slurm(spec: Path, output: Path | None, plugin: str | None, admitted: bool,
+                   state_dir: Path | None) -> int:
+    """Slurm topology.conf for SPEC: the NVLink domains where it has them (a job placed inside one domain), else
+    the InfiniBand fabric it designs (tree plugin)."""
     loaded = load_spec(spec)
-    design = design_fabric(loaded)
-    text = export.slurm_topology(design, grouping=loaded.fabric.spine_grouping if loaded.fabric else "none",
-                                 title=loaded.spec.cluster.name)
+    if loaded.spec.nvlink_domains:
+        domains, notes = _domain_trays(loaded, state_dir, admitted)
+        text = export.slurm_domains(domains, plugin=plugin or "block", title=loaded.spec.cluster.name, notes=notes)
+    elif plugin == "block" or admitted:
+        raise UsageProblem("--plugin block and --admitted place jobs in NVLink domains: this spec has no "
+                           "nvlink_domains (its topology is the InfiniBand fabric's: topology/tree)")
+    else:
+        design = design_fabric(loaded)
+        text = export.slurm_topology(design, grouping=loaded.fabric.spine_grouping if loaded.fabric else "none",
+                                     title=loaded.spec.cluster.name)
     if output is None:
         sys.stdout.write(text)
     else:
         output.write_text(text)
         out.print(f"wrote {output}", markup=False)
     return EXIT_OK
+
+
+def _domain_trays(loaded: LoadedSpec, state_dir: Path | None,
+                  admitted: bool) -> tuple[list[tuple[str, list[str]]], dict[str, str]]:
+    """Each domain's trays; with ``admitted``, what the domain's policy lets run jobs of what the store admitted
+    (``hold``: all its trays or none; ``shrink``: the admitted ones, if at least ``min_trays``), and a note each."""
+    gpus = {name: profile.gpu.count for name, profile in loaded.spec.hardware.items()}
+    profile_of = {node.name: node.hardware for node in loaded.nodes}
+    domains, notes = [], {}
+    passed: set[str] = set()
+    if admitted:
+        with existing_store(state_dir_of(loaded, state_dir)) as store:
+            passed = {record.name for record in store.nodes() if record.state is NodeState.ADMITTED}
+    for domain in loaded.spec.nvlink_domains:
+        trays = expand(domain.hosts)
+        per_tray = gpus[profile_of[trays[0]]]
+        kept = [tray for tray in trays if tray in passed] if admitted else trays
+        if admitted and len(kept) < len(trays):
+            floor = (domain.min_trays or 1) if domain.on_tray_failure == "shrink" else len(trays)
+            if len(kept) < floor:
+                notes[domain.name] = (f"{len(kept)} of {len(trays)} trays admitted, under the {floor} its policy "
+                                      f"({domain.on_tray_failure}) needs: no block")
+                kept = []
+            else:
+                notes[domain.name] = (f"degraded: {len(kept)} of {len(trays)} trays admitted, a domain of "
+                                      f"{len(kept) * per_tray} GPUs")
+        else:
+            notes[domain.name] = f"{len(trays)} trays, {len(trays) * per_tray} GPUs"
+        domains.append((domain.name, kept))
+    return domains, notes
 
 
 @topology.command(name="draw")

@@ -140,6 +140,16 @@ class HardwareProfile(Strict):
     rails: Annotated[dict[Annotated[str, StringConstraints(pattern=r"^mlx5_\d+$")], int], Field(min_length=1)]
     pcie: PcieExpectation = PcieExpectation()
     nvlink: NvlinkSpec = NvlinkSpec()
+    #: ``hgx``: an 8-GPU baseboard whose NVSwitches the host manages (H100, H200, B200, B300); ``nvl72``: a compute
+    #: tray of a GB200/GB300 rack, whose GPUs join an NVLink domain across trays (``nvlink_domains``).
+    platform: Literal["hgx", "nvl72"] = "hgx"
+    #: The host's architecture: ``x86_64`` on HGX, ``aarch64`` on a Grace tray (what the node runtime's wheels are
+    #: built for). Default: by platform.
+    arch: Literal["x86_64", "aarch64"] | None = None
+
+    @property
+    def architecture(self) -> str:
+        return self.arch or ("aarch64" if self.platform == "nvl72" else "x86_64")
 
 
 class OfedPin(Strict):
@@ -581,11 +591,31 @@ class SlurmIntegration(Strict):
     timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
 
 
+class NvlinkDomain(Strict):
+    """One NVLink domain of a GB200/GB300 rack: its compute trays, in tray order (Platform Info's Tray Index 1, 2,
+    ...), joined by the rack's switch trays into one NVLink fabric. ``size`` is the domain's GPUs as the site runs
+    it (72 = 18 trays x 4; many sites run 16-tray domains of 64): read from here, never assumed."""
+
+    name: Name
+    hosts: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
+    size: Annotated[int, Field(ge=1, le=576)]
+    #: NVLink switch trays joining the compute trays (9 in an NVL72 rack).
+    switch_trays: Annotated[int, Field(ge=1, le=18)] = 9
+    #: The rack's chassis serial number as nvidia-smi's Platform Info prints it: every tray must show it.
+    chassis_serial: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+$", max_length=64)] | None = None
+    #: A tray that fails takes its domain to degraded: ``hold`` keeps the whole domain out until it is whole again;
+    #: ``shrink`` admits the trays that passed as a smaller domain when at least ``min_trays`` remain.
+    on_tray_failure: Literal["hold", "shrink"] = "hold"
+    min_trays: Annotated[int, Field(ge=1, le=72)] | None = None
+
+
 class ClusterSpec(Strict):
     cluster: ClusterInfo
     nodes: Nodes
     bmc: Bmc | None = None
     hardware: Annotated[dict[Name, HardwareProfile], Field(min_length=1)]
+    #: GB200/GB300 racks: which trays make each NVLink domain (HGX hosts need none: a node is its own domain).
+    nvlink_domains: list[NvlinkDomain] = []
     software: SoftwarePins
     host: HostPolicy = HostPolicy()
     fabric: FabricDesign

@@ -74,6 +74,8 @@ def resolve(spec: ClusterSpec, spec_dir: Path) -> Resolution:
     if spec.software is not None:
         _check_software(spec, problems)
     nodes = _build_nodes(spec, hosts_by_group, profiles, overrides, problems)
+    if not problems:
+        _check_domains(spec, nodes, problems)
     fabric = _check_fabric(spec, len(nodes), spec_dir, problems)
     _check_paths(spec, spec_dir, problems)
     _check_faults(spec, {node.name: node for node in nodes}, problems)
@@ -208,17 +210,89 @@ def _check_profiles(spec: ClusterSpec, problems: list[Problem]) -> None:
                                     "every rail needs exactly one HCA per host"))
         if profile.nvlink.nvswitch and not profile.nvlink.present:
             problems.append(Problem((*base, "nvlink", "nvswitch"), "NVSwitch without NVLink is not a real system"))
-        if profile.gpu.model in NVL_TRAY_MODELS:
-            problems.append(Problem((*base, "gpu", "model"), f"{profile.gpu.model} trays cannot be provisioned yet: "
-                                    "their NVLink domain, IMEX and aarch64 runtime are not built (docs/blackwell.md)",
-                                    "accept them with the vendor's tools for now; their facts and judgements are "
-                                    "in provision.checks.nvlink_domain"))
+        _check_platform(base, profile, problems)
 
 
-#: Grace-Blackwell tray GPUs: described in the catalogue, refused by the spec until a domain can be provisioned
-#: (a tray is aarch64, runs no fabric manager and reads PCIe Gen4 x1 while healthy: judged as an HGX host it would
-#: be quarantined on good hardware).
+#: Grace-Blackwell tray GPUs: only ever on a compute tray of an NVL72 rack (``platform: nvl72``). Judged as an HGX
+#: host a healthy tray would be quarantined: it is aarch64, runs no fabric manager, reads PCIe Gen4 x1 (its GPUs
+#: reach Grace over NVLink-C2C) and GPU-NIC affinity SYS everywhere (field guide 8.1-8.3).
 NVL_TRAY_MODELS = frozenset({"GB200-186GB", "GB300-288GB"})
+
+
+def _check_platform(base: Path_, profile: HardwareProfile, problems: list[Problem]) -> None:
+    """What a platform cannot be: a Grace-Blackwell GPU on an HGX baseboard, an x86 tray, a tray with NVSwitches
+    of its own, a tray's GPU PCIe link judged."""
+    tray_gpu = profile.gpu.model in NVL_TRAY_MODELS
+    if profile.platform == "hgx" and tray_gpu:
+        problems.append(Problem((*base, "gpu", "model"), f"{profile.gpu.model} is the GPU of a GB200/GB300 compute "
+                                "tray, not of an HGX baseboard", "write platform: nvl72 and group the trays into "
+                                "nvlink_domains (docs/blackwell.md)"))
+    if profile.platform != "nvl72":
+        if profile.arch == "aarch64":
+            problems.append(Problem((*base, "arch"), "an HGX baseboard sits in an x86_64 host",
+                                    "leave arch out (x86_64), or write platform: nvl72 for a Grace tray"))
+        return
+    if not tray_gpu:
+        problems.append(Problem((*base, "gpu", "model"), f"{profile.gpu.model} is not the GPU of an NVL72 compute "
+                                f"tray", f"one of {', '.join(sorted(NVL_TRAY_MODELS))}"))
+    if profile.architecture != "aarch64":
+        problems.append(Problem((*base, "arch"), "a GB200/GB300 compute tray is Grace: aarch64",
+                                "leave arch out on platform: nvl72 (aarch64)"))
+    if profile.nvlink.nvswitch or not profile.nvlink.present:
+        problems.append(Problem((*base, "nvlink"), "a compute tray's GPUs reach the rack's NVLink switch trays; "
+                                "it has no NVSwitch of its own (and no fabric manager runs on it)",
+                                "write nvlink: {present: true, nvswitch: false}"))
+    if "gpu" in profile.pcie.model_fields_set:
+        problems.append(Problem((*base, "pcie", "gpu"), "a tray's GPUs reach Grace over NVLink-C2C: their PCIe link "
+                                "reads Gen4 x1 while healthy and is not judged", "remove pcie.gpu"))
+
+
+def _check_domains(spec: ClusterSpec, nodes: list[ResolvedNode], problems: list[Problem]) -> None:
+    """Every NVL72 tray in exactly one domain of trays of one profile; a domain's trays x GPUs its size."""
+    by_name = {node.name: node for node in nodes}
+    trays = {node.name for node in nodes if spec.hardware[node.hardware].platform == "nvl72"}
+    placed: dict[str, str] = {}
+    domains = spec.nvlink_domains or []  # None: the section failed validation (a partial spec)
+    for index, domain in enumerate(domains):
+        base: Path_ = ("nvlink_domains", index)
+        try:
+            names = hostlist.expand(domain.hosts)
+        except hostlist.HostlistError as error:
+            problems.append(Problem((*base, "hosts"), f"not a hostlist: {error}"))
+            continue
+        strangers = [name for name in names if name not in by_name]
+        if strangers:
+            problems.append(Problem((*base, "hosts"), f"trays that are in no node group: "
+                                    f"{hostlist.compress(strangers)}"))
+            continue
+        twice = [name for name in names if name in placed]
+        if twice:
+            problems.append(Problem((*base, "hosts"), f"{hostlist.compress(twice)} already in domain "
+                                    f"{placed[twice[0]]!r}: a tray's GPUs join one NVLink domain"))
+        placed.update(dict.fromkeys(names, domain.name))
+        profiles = sorted({by_name[name].hardware for name in names})
+        if len(profiles) != 1 or spec.hardware[profiles[0]].platform != "nvl72":
+            problems.append(Problem((*base, "hosts"), f"a domain's trays share one platform: nvl72 profile; these "
+                                    f"have {', '.join(profiles)}"))
+            continue
+        gpus = spec.hardware[profiles[0]].gpu.count
+        if len(names) * gpus != domain.size:
+            problems.append(Problem((*base, "size"), f"{len(names)} trays x {gpus} GPUs = {len(names) * gpus}, "
+                                    f"not {domain.size}", "size counts the domain's GPUs: 72 for 18 trays of 4"))
+        if len(names) > 18:
+            problems.append(Problem((*base, "hosts"), f"{len(names)} trays: an NVL72 rack's NVLink domain joins at "
+                                    "most 18 compute trays"))
+        if domain.min_trays is not None and (domain.on_tray_failure != "shrink" or domain.min_trays > len(names)):
+            problems.append(Problem((*base, "min_trays"), "min_trays is the smallest domain on_tray_failure: shrink "
+                                    f"admits (at most its {len(names)} trays)", "write on_tray_failure: shrink, or "
+                                    "remove min_trays"))
+    loose = sorted(trays - set(placed))
+    if loose:
+        problems.append(Problem(("nvlink_domains",), f"NVL72 trays in no NVLink domain: {hostlist.compress(loose)}",
+                                "list each rack's trays under nvlink_domains"))
+    if domains and not trays:
+        problems.append(Problem(("nvlink_domains",), "no hardware profile is platform: nvl72: an HGX node is its own "
+                                "NVLink domain", "remove nvlink_domains"))
 
 
 def _check_software(spec: ClusterSpec, problems: list[Problem]) -> None:
@@ -229,6 +303,11 @@ def _check_software(spec: ClusterSpec, problems: list[Problem]) -> None:
                                 f"fabric manager {pins.fabric_manager} differs from driver {pins.gpu_driver}; "
                                 "NVSwitch systems refuse to start it",
                                 "leave it out: it defaults to the driver version"))
+    trays = sorted(name for name, profile in spec.hardware.items() if profile.platform == "nvl72")
+    if trays and pins.fabric_manager is not None:
+        problems.append(Problem(("software", "fabric_manager"), f"no fabric manager runs on a compute tray "
+                                f"({', '.join(trays)}): the rack's runs on its switch trays (NMX-C), and starting "
+                                "one on a tray fails", "remove fabric_manager"))
 
 
 def _build_nodes(spec: ClusterSpec, hosts_by_group: dict[str, list[str]], profiles: dict[str, str],

@@ -31,4 +31,7 @@ def summarize(loaded: LoadedSpec) -> dict[str, Any]:
             "spine_grouping": fabric.spine_grouping,
         },
         "thresholds": thresholds,
+        "nvlink_domains": [{"name": domain.name, "trays": len(hostlist.expand(domain.hosts)), "size": domain.size,
+                            "hosts": domain.hosts, "on_tray_failure": domain.on_tray_failure}
+                           for domain in spec.nvlink_domains],
     }

@@ -263,8 +263,8 @@ def test_real_blackwell_nccl_tests_runs_are_read_or_refused(path: Path) -> None:
 @pytest.mark.parametrize("model", ["GB200-186GB", "GB300-288GB"])
 def test_a_tray_gpu_is_refused_by_the_spec_with_its_place_and_reason(tmp_path: Path, model: str) -> None:
     """The catalogue knows the Grace-Blackwell trays; a spec that would provision them as HGX hosts (and quarantine
-    healthy trays on PCIe Gen4 x1 and a fabric manager that must not run) is refused, located, until a domain can
-    be described (docs/blackwell.md)."""
+    healthy trays on PCIe Gen4 x1 and a fabric manager that must not run) is refused, located: a tray is
+    ``platform: nvl72`` in an NVLink domain (tests/spec/test_nvlink_domains.py)."""
     import yaml
 
     from provision.spec import load_spec
@@ -278,7 +278,8 @@ def test_a_tray_gpu_is_refused_by_the_spec_with_its_place_and_reason(tmp_path: P
     with pytest.raises(SpecError) as refused:
         load_spec(spec)
     assert "hardware.hgx-h100.gpu.model" in str(refused.value)
-    assert f"{model} trays cannot be provisioned yet" in str(refused.value)
+    assert f"{model} is the GPU of a GB200/GB300 compute tray" in str(refused.value)
+    assert "write platform: nvl72" in str(refused.value)
     data["hardware"]["hgx-h100"]["gpu"] = {"model": "B300-SXM-288GB", "count": 8}  # an HGX board: as B200 is
     data["software"]["dcgm"] = "4.4.1"  # the first DCGM whose diagnostic knows B300 (4.2.3 is refused for it)
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
