@@ -60,6 +60,14 @@ missing:
   description: The names the node lacked, and so were (or, in check mode, would be) sent.
   returned: always
   type: list
+machine:
+  description: The node's machine architecture (C(uname -m)), by which the action plugin picks the wheels to send.
+  returned: always
+  type: str
+skipped:
+  description: Set by the action plugin, the wheels built for another architecture than the node's, not sent.
+  returned: when any
+  type: list
 """
 
 import os  # noqa: E402
@@ -128,7 +136,7 @@ def main() -> None:
                     place(staged, path, entry, mode)
         except OSError as error:
             module.fail_json(msg=f"wheel_cache: cannot place the wheels in {path}: {error}", missing=lacking)
-    module.exit_json(changed=bool(lacking), missing=lacking)
+    module.exit_json(changed=bool(lacking), missing=lacking, machine=os.uname().machine)
 
 
 if __name__ == "__main__":

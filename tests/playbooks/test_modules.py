@@ -155,3 +155,30 @@ def test_the_wheel_cache_is_sent_only_the_wheels_the_node_lacks_and_places_them_
     torch.write_bytes(b"w" * 120)  # an interrupted copy by other means: another size
     os.utime(torch, (1_795_720_626, 1_795_720_626))
     assert wheel_cache.missing(wanted, wheel_cache.present(str(cache))) == ["torch-2.13.0-cp311-none-any.whl"]
+
+
+def test_a_node_is_sent_only_the_wheels_built_for_its_machine() -> None:
+    """A site's wheelhouse for x86_64 hosts and aarch64 Grace trays: each node gets its own machine's wheels and
+    the pure ones; a distribution with no wheel for the node at all is refused by name before anything is sent."""
+    import importlib.util
+
+    from ansible.errors import AnsibleActionFail
+
+    loaded = importlib.util.spec_from_file_location(
+        "wheel_cache_action", ROOT / "playbooks" / "action_plugins" / "wheel_cache.py")
+    assert loaded and loaded.loader
+    action = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(action)
+
+    x86 = "torch-2.13.0-cp310-cp310-manylinux_2_28_x86_64.whl"
+    arm = "torch-2.13.0-cp310-cp310-manylinux_2_28_aarch64.whl"
+    numpy_both = "numpy-2.2.6-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    ours = "provision_fabric_tests-0.1.0-py3-none-any.whl"
+    assert action.architectures(x86) == {"x86_64"} and action.architectures(arm) == {"aarch64"}
+    assert action.architectures(ours) is None and action.architectures("sdist-1.0.tar.gz") is None
+    assert action.architectures(numpy_both) == {"x86_64"}
+    assert action.for_machine([x86, arm, ours], "aarch64") == ([arm, ours], [x86])
+    assert action.for_machine([x86, arm, ours], "x86_64") == ([x86, ours], [arm])
+    with pytest.raises(AnsibleActionFail, match=r"no wheel of numpy for this node's aarch64 \(only for x86_64\)"):
+        action.for_machine([arm, numpy_both, ours], "aarch64")
+    assert os.uname().machine in action.ARCHITECTURES, "the simulated nodes run this machine's Python"
