@@ -27,7 +27,7 @@ from provision.facts.session import CommandResult, HostSession, ReadFailed
 #: What preflight reads from a host; each fact's command (or file) and parser live in its own module.
 PROBES: tuple[Fact[Any], ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
                             nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, lspci.LSPCI,
-                            infiniband.IBSTAT, system.DF, packages.FABRIC_MANAGER, dcgm.VERSION)
+                            infiniband.IBSTAT, system.DF, packages.FABRIC_MANAGER, dcgm.VERSION, system.MACHINE)
 FILES: tuple[Fact[Any], ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES, packages.DPKG_STATUS,
                                 system.CMDLINE)
 LINKS: tuple[Fact[Any], ...] = (lspci.PCI_DEVICES, infiniband.INFINIBAND)
@@ -78,6 +78,7 @@ class Expectations:
     #: the GPU (empty: not expected), and software.dcgm's pin (empty: the image's DCGM, any version from that one).
     dcgm_min: str = ""
     dcgm_version: str = ""
+    arch: str = "x86_64"  # the profile's architecture: what the runtime's wheels were chosen for
 
 
 @dataclass
@@ -697,6 +698,15 @@ def check_disk(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     return results
 
 
+def check_arch(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """The host is the machine its hardware profile says (an aarch64 Grace tray, an x86_64 HGX host): the burn-in's
+    runtime and every wheel sent to it were chosen by that."""
+    machine = _parse(gathered, system.MACHINE)
+    failures = [] if machine == expect.arch else [f"the host is {machine}; its hardware profile says {expect.arch}"]
+    return [_result("arch", failures, f"{machine}, as the profile says", "put the host in a profile of its "
+                    "platform (hardware.<profile>.platform and arch), or check what was delivered")]
+
+
 def _int(text: str) -> int:
     try:
         return int(float(text))
@@ -725,6 +735,7 @@ CHECKS: dict[tuple[str, ...], Evaluator] = {
     ("dcgm",): check_dcgm,
     ("clocks", "persistence", "mig"): check_gpu_modes,
     ("disk", "swap"): check_disk,
+    ("arch",): check_arch,
 }
 
 

@@ -38,4 +38,5 @@ def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
         # the burn-in: dcgm-exporter, health watches)
         dcgm_min=gpu.dcgm_min if "dcgm" in spec.burnin.stages or spec.software.dcgm else "",
         dcgm_version=spec.software.dcgm or "",
+        arch=profile.architecture,
     )

@@ -1,4 +1,5 @@
-"""Parse ``df -P``, ``/proc/swaps`` and ``/proc/cmdline``: the disk, swap and boot facts of a host. Pure functions."""
+"""Parse ``df -P``, ``/proc/swaps``, ``/proc/cmdline`` and ``uname -m``: the disk, swap, boot and architecture facts
+of a host. Pure functions."""
 
 from __future__ import annotations
 
@@ -91,6 +92,20 @@ def parse_cmdline(text: str) -> KernelCommandLine:
     return KernelCommandLine(tuple(words))
 
 
+#: ``uname -m``'s word: lower-case letters, digits and underscores (x86_64, aarch64, ppc64le).
+MACHINE_WORD = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def parse_machine(text: str) -> str:
+    """``uname -m``: the one word naming the kernel's machine (``x86_64`` on an HGX host, ``aarch64`` on a Grace
+    tray). Nothing, two lines or a prefix a collector added is not read as any machine."""
+    lines = [line for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
+    if len(lines) != 1 or not MACHINE_WORD.match(lines[0].strip()):
+        raise ValueError(f"not uname -m's one word: {text[:80]!r}")
+    return lines[0].strip()
+
+
 DF = fact.command("df", ["df", "-P"], parse_df)
+MACHINE = fact.command("machine", ["uname", "-m"], parse_machine)
 SWAPS = fact.file("swaps", "/proc/swaps", parse_swaps)
 CMDLINE = fact.file("cmdline", "/proc/cmdline", parse_cmdline)

@@ -50,7 +50,7 @@ HEALTHY = {"gpus": "gpus/h100_healthy", "remapped_rows": "remapped_rows/healthy"
            "dpkg_status": "dpkg_status/driver_535",
            "modules": "modules/peermem_loaded", "pci_devices": "pci_devices/one_device",
            "infiniband": "infiniband/one_device", "cmdline": "cmdline/ubuntu_server",
-           "dcgm_version": "dcgm_version/hostengine_running"}
+           "dcgm_version": "dcgm_version/hostengine_running", "machine": "machine/x86_64_host"}
 
 
 @pytest.fixture(scope="module")
