@@ -68,6 +68,8 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
         "gpu_driver_version": spec.software.gpu_driver,
         "gpu_driver_packages": driver_packages(loaded, profile.nvlink.nvswitch),
         "gpu_driver_nvswitch": profile.nvlink.nvswitch,
+        # NVLSM where the spec pins it (validation pins it exactly where the board needs it)
+        "gpu_driver_nvlsm": spec.software.nvlsm if profile.nvlink.nvswitch and spec.software.nvlsm else "",
         "gpu_driver_reboot_timeout": spec.host.reboot_timeout_s,
         "provision_scalable_unit": node.scalable_unit,
     }

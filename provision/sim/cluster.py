@@ -192,7 +192,8 @@ def down(state_dir: Path) -> bool:
 def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
     """What each simulated repository publishes (:mod:`provision.sim.mirror`): Ubuntu's archive (the kernel's
     headers and image, python3-venv) and NVIDIA's CUDA repository (each driver branch the spec or a fault names,
-    the fabric manager, the toolkit, DCGM 4). The InfiniBand stack's repositories serve the release their URL names."""
+    the fabric manager, the toolkit, DCGM 4, NVLSM where pinned). The InfiniBand stack's repositories serve the
+    release their URL names."""
     pins = loaded.spec.software
     drivers = {pins.gpu_driver}
     drivers |= {fault["params"]["version"] for fault in faults if fault["kind"] == "wrong_driver"}
@@ -206,6 +207,8 @@ def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, d
         cuda[name] = ["1:4.2.3-1"]
     major, _, minor = pins.cuda.partition(".")
     cuda[f"cuda-toolkit-{major}-{minor.split('.')[0] or '0'}"] = [f"{pins.cuda}.0-1"]
+    if pins.nvlsm:  # the NVLink subnet manager HGX B200/B300 fabric managers start
+        cuda["nvlsm"] = [f"{pins.nvlsm}-1"]
     kernel = pins.kernel or DEFAULT_KERNEL
     ubuntu = {f"linux-headers-{kernel}": [kernel.rsplit("-", 1)[0] + ".122"],
               f"linux-image-{kernel}": [kernel.rsplit("-", 1)[0] + ".122"],

@@ -205,6 +205,10 @@ class SoftwarePins(Strict):
     cuda: Version
     #: Must equal the driver version on NVSwitch systems; defaults to it.
     fabric_manager: Version | None = None
+    #: NVLSM (the NVLink subnet manager) on HGX B200/B300 hosts: the fabric manager starts it to manage the
+    #: NVSwitches through their ConnectX bridge ports, and without it exits and CUDA fails with error 802. The
+    #: package version of NVIDIA's ``nvlsm`` (CUDA repository); required there, refused elsewhere.
+    nvlsm: Version | None = None
     kernel: Version | None = None
     nccl: Version | None = None
     runtime: NodeRuntime | None = None

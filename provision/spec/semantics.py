@@ -217,6 +217,8 @@ def _check_profiles(spec: ClusterSpec, problems: list[Problem]) -> None:
 #: host a healthy tray would be quarantined: it is aarch64, runs no fabric manager, reads PCIe Gen4 x1 (its GPUs
 #: reach Grace over NVLink-C2C) and GPU-NIC affinity SYS everywhere (field guide 8.1-8.3).
 NVL_TRAY_MODELS = frozenset({"GB200-186GB", "GB300-288GB"})
+#: HGX Blackwell boards: their fabric manager starts NVLSM (field guide 8.1).
+NVLSM_MODELS = frozenset({"B200-SXM-180GB", "B300-SXM-288GB"})
 
 
 def _check_platform(base: Path_, profile: HardwareProfile, problems: list[Problem]) -> None:
@@ -303,6 +305,15 @@ def _check_software(spec: ClusterSpec, problems: list[Problem]) -> None:
                                 f"fabric manager {pins.fabric_manager} differs from driver {pins.gpu_driver}; "
                                 "NVSwitch systems refuse to start it",
                                 "leave it out: it defaults to the driver version"))
+    managed = sorted(name for name, profile in spec.hardware.items() if profile.platform == "hgx"
+                     and profile.nvlink.nvswitch and profile.gpu.model in NVLSM_MODELS)
+    if managed and pins.nvlsm is None:
+        problems.append(Problem(("software",), f"HGX B200/B300 profiles ({', '.join(managed)}) need NVLSM: their "
+                                "fabric manager manages the NVSwitches through it and exits without it (CUDA then "
+                                "fails with error 802)", "add nvlsm: <version> (NVIDIA's nvlsm package)"))
+    if pins.nvlsm is not None and not managed:
+        problems.append(Problem(("software", "nvlsm"), "NVLSM manages the NVSwitches of HGX B200/B300 hosts; no "
+                                "profile here is one", "remove nvlsm"))
     trays = sorted(name for name, profile in spec.hardware.items() if profile.platform == "nvl72")
     if trays and pins.fabric_manager is not None:
         problems.append(Problem(("software", "fabric_manager"), f"no fabric manager runs on a compute tray "

@@ -282,6 +282,7 @@ def test_a_tray_gpu_is_refused_by_the_spec_with_its_place_and_reason(tmp_path: P
     assert "write platform: nvl72" in str(refused.value)
     data["hardware"]["hgx-h100"]["gpu"] = {"model": "B300-SXM-288GB", "count": 8}  # an HGX board: as B200 is
     data["software"]["dcgm"] = "4.4.1"  # the first DCGM whose diagnostic knows B300 (4.2.3 is refused for it)
+    data["software"]["nvlsm"] = "2025.06.5"  # its fabric manager starts NVLSM (tests/spec/test_nvlsm.py)
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     load_spec(spec)
 

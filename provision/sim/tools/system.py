@@ -40,9 +40,12 @@ from provision.sim.tools.common import ToolError, not_simulated, privileged
 
 MODULE_SIZES = {"nvidia": 62_652_416, "nvidia_uvm": 1_527_808, "nvidia_modeset": 1_314_816,
                 "nvidia_peermem": 16_384, "mlx5_core": 2_187_264, "mlx5_ib": 462_848, "ib_core": 462_848,
-                "ib_uverbs": 180_224}
+                "ib_uverbs": 180_224, "ib_umad": 40_960}
 DEPENDS = {"nvidia_peermem": ["nvidia", "ib_core"], "nvidia_uvm": ["nvidia"], "nvidia_modeset": ["nvidia"],
-           "mlx5_ib": ["mlx5_core", "ib_core"]}
+           "mlx5_ib": ["mlx5_core", "ib_core"], "ib_umad": ["ib_core"]}
+#: GPUs whose NVSwitches the fabric manager manages through NVLSM (HGX Blackwell, field guide 8.1): without NVLSM
+#: installed and the bridge ports' mlx5_ib and ib_umad loaded it exits (NV_WARN_NOTHING_TO_DO) once started.
+NVLSM_GPUS = ("B200-SXM-180GB", "B300-SXM-288GB")
 PEERMEM_VERSION = "1.1-0"
 
 
@@ -263,8 +266,10 @@ def systemctl(root: Path, args: list[str]) -> int:
             known(unit).update(active=True, failed=False, crashed=False)
             if command == "enable":
                 known(unit)["enabled"] = True
-            if unit in state.get("units_crash_after_start", []):  # a forking daemon that exits once started: the
-                known(unit).update(active=False, crashed=True)     # start succeeds, the unit ends up failed
+            if unit in state.get("units_crash_after_start", []) or (unit == "nvidia-fabricmanager"
+                                                                   and not _nvlsm_ready(root, state)):
+                known(unit).update(active=False, crashed=True)  # a forking daemon that exits once started: the
+                #                                                 start succeeds, the unit ends up failed
         save_state(root, state)
         for unit in units:
             _run_unit(root, unit)
@@ -283,6 +288,16 @@ def systemctl(root: Path, args: list[str]) -> int:
         not_simulated("systemctl", command)
     save_state(root, state)
     return 0
+
+
+def _nvlsm_ready(root: Path, state: dict[str, Any]) -> bool:
+    """What an HGX Blackwell fabric manager needs to stay up: NVLSM installed, mlx5_ib and ib_umad loaded (other
+    boards need none of it)."""
+    if state.get("gpu_model") not in NVLSM_GPUS:
+        return True
+    from provision.sim.tools.apt import installed_version
+
+    return installed_version(root, "nvlsm") is not None and {"mlx5_ib", "ib_umad"} <= set(state["modules"])
 
 
 def _active_state(service: dict[str, bool] | None) -> str:
@@ -412,6 +427,9 @@ def power_on(root: Path) -> int:
         append_kernel_log(root, log)
     write_modules(root, state["modules"], state.get("driver_loaded"), state.get("ib_stack_loaded"))
     _register_peers(root, state)
+    manager = state.get("services", {}).get("nvidia-fabricmanager")
+    if manager and manager.get("active") and not _nvlsm_ready(root, state):
+        manager.update(active=False, crashed=True)  # started at boot, and exited: NVLSM cannot start
     enabled_units = [unit for unit, service in state.get("services", {}).items() if service.get("enabled")]
     save_state(root, state)
     for unit in enabled_units:
