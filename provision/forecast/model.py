@@ -9,8 +9,11 @@ then; a reboot or a driver reload resets it to zero, and a cable reseat or a noi
 - the rate is robust: a trimmed mean of the per-interval rates over the recent window, the largest tenth of the
   intervals left out, so one burst is not a trend;
 - a trend is growth that holds: the recent half-window's rate above the earlier half's by the factor
-  ``GROWTH`` and above the floor ``MIN_RATE``, on at least ``MIN_EVENTS`` counted events; otherwise "no trend",
-  however high the count (a high steady count is the threshold alarm's to judge, not a forecast's);
+  ``GROWTH`` and above the floor ``MIN_RATE``, on at least ``MIN_EVENTS`` counted events, and more than a steady
+  rate's noise could give: the recent half's count among both halves' (bursts left out as above) is a one-sided
+  binomial test at ``SIGNIFICANCE`` (at a few events an hour, Poisson noise alone doubles a half-window's count
+  often enough to cry wolf weekly on a fleet); otherwise "no trend", however high the count (a high steady count is
+  the threshold alarm's to judge, not a forecast's);
 - the time to the threshold extrapolates the recent rate growing as it grew (the half-window's growth factor
   compounding each half-window), with the interval from the rates of the window's lower and upper quartiles.
 """
@@ -30,6 +33,8 @@ MIN_RATE = 0.2
 MIN_EVENTS = 8
 #: The longest a forecast looks ahead (hours): past it, "no trend" in practice.
 MAX_HOURS = 24 * 90
+#: How unlikely the recent half's count must be under one steady rate before it is growth (one-sided).
+SIGNIFICANCE = 1e-4
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,41 @@ def _robust_rate(steps: list[tuple[float, float, float]]) -> float:
     rates = sorted(count / (t1 - t0) for t0, t1, count in steps)
     keep = rates[: max(1, len(rates) - len(rates) // 10)]
     return sum(keep) / len(keep)
+
+
+def _trimmed(steps: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """Events and hours of the steps, the largest tenth of the per-interval rates left out (as the rate is)."""
+    ordered = sorted(steps, key=lambda step: step[2] / (step[1] - step[0]))
+    kept = ordered[: max(1, len(ordered) - len(ordered) // 10)] if ordered else []
+    return sum(step[2] for step in kept), sum(step[1] - step[0] for step in kept)
+
+
+def upper_tail(k: float, n: float, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): exact to 200 trials, the normal approximation (continuity corrected)
+    beyond, where it is close and the exact sum would cost a watch pass too much."""
+    k, n = math.ceil(k), round(n)
+    if k <= 0:
+        return 1.0
+    if k > n or p <= 0:
+        return 0.0
+    if p >= 1:
+        return 1.0
+    if n > 200:
+        mean, spread = n * p, math.sqrt(n * p * (1 - p))
+        return 0.5 * math.erfc((k - 0.5 - mean) / (spread * math.sqrt(2)))
+    log_p, log_q = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q
+             for i in range(k, n + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(term - top) for term in terms))
+
+
+def _significant(recent: list[tuple[float, float, float]], earlier: list[tuple[float, float, float]]) -> float:
+    """The one-sided p-value of the recent half's events under one steady rate over both halves."""
+    (now, now_h), (then, then_h) = _trimmed(recent), _trimmed(earlier)
+    if now_h <= 0 or then_h <= 0:
+        return 1.0
+    return upper_tail(now, now + then, now_h / (now_h + then_h))
 
 
 def _quartile_rates(steps: list[tuple[float, float, float]]) -> tuple[float, float]:
@@ -109,6 +149,10 @@ def forecast(samples: Sequence[tuple[float, float]], threshold: float, *, window
     if rate < GROWTH * max(before, MIN_RATE / GROWTH):
         return Forecast(None, None, None, rate, before, count,
                         f"no trend: {rate:.2f}/h now against {before:.2f}/h before (steady)")
+    chance = _significant(recent, earlier)
+    if chance > SIGNIFICANCE:
+        return Forecast(None, None, None, rate, before, count, f"no trend: {rate:.2f}/h now against {before:.2f}/h "
+                        f"before, which a steady rate gives by chance ({chance:.1g})")
     growth = min(rate / max(before, MIN_RATE / GROWTH), 8.0)
     low_rate, high_rate = _quartile_rates(recent)
     remaining = threshold - count

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from provision.forecast.model import forecast, increments
+from provision.forecast.model import forecast, increments, upper_tail
 
 pytestmark = pytest.mark.fast
 
@@ -47,3 +47,21 @@ def test_growth_that_holds_gives_hours_to_the_threshold_with_an_interval() -> No
 
 def test_at_the_threshold_already_is_zero_hours() -> None:
     assert forecast(_hourly([30.0] * 80), 2000).hours == 0.0
+
+
+def test_growth_a_steady_rates_noise_gives_is_no_trend() -> None:
+    """5 events in a day, then 12: 2.4 times the rate, and a steady rate gives as much one time in fourteen; 5 then
+    40 is growth no noise explains."""
+    noisy = [0.0] * 48 + [1.0 if hour % 5 == 0 else 0.0 for hour in range(24)] + \
+        [1.0 if hour % 2 == 0 else 0.0 for hour in range(24)]
+    result = forecast(_hourly(noisy), 2000)
+    assert not result.trending and "by chance" in result.why, result
+    grown = [0.0] * 48 + [1.0 if hour % 5 == 0 else 0.0 for hour in range(24)] + [2.0] * 20 + [0.0] * 4
+    assert forecast(_hourly(grown), 2000).trending
+
+
+def test_the_binomial_tail_is_exact_where_small_and_close_where_large() -> None:
+    assert upper_tail(8, 10, 0.5) == pytest.approx(56 / 1024)
+    assert upper_tail(12, 17, 0.5) == pytest.approx(9402 / 131072)
+    assert upper_tail(0, 10, 0.3) == 1.0 and upper_tail(11, 10, 0.3) == 0.0
+    assert upper_tail(540, 1000, 0.5) == pytest.approx(0.0062, abs=0.0008)  # z = 2.5 with continuity
