@@ -36,6 +36,18 @@ def print_status(cluster: str, store: StateStore, spare_fraction: float | None =
         admitted = sum(1 for record in in_spec if record.state is NodeState.ADMITTED)
         out.print(capacity(len(in_spec), admitted, spare_fraction).line(), markup=False)
     print_sinks(store)
+    print_breaker(store)
+
+
+def print_breaker(store: StateStore) -> None:
+    """The watch's breaker, when tripped: the fleet is in a systemic state and the watch acts on no node."""
+    state = store.breaker()
+    if state and state["tripped"]:
+        held = state["detail"].get("held", [])
+        out.print(f"systemic: the watch's breaker tripped at {state['at']} (run {state['run_id']}): "
+                  f"{state['detail'].get('why', '')}; it holds {len(held)} quarantine(s) "
+                  f"({hostlist.compress([entry['node'] for entry in held])}) until `provision watch SPEC "
+                  "--clear-breaker`", markup=False)
 
 
 def _print_reasons(title: str, why: str, records: list[NodeRecord]) -> None:

@@ -12,7 +12,7 @@ import click
 from provision.cli.common import argv, emit_json, json_option, out, spec_argument, state_dir_of, state_dir_option
 from provision.errors import EXIT_OK, EXIT_PROBLEMS
 from provision.run.context import SpecIdentity, mutating_run
-from provision.spec import load_spec
+from provision.spec import LoadedSpec, load_spec
 from provision.state.lifecycle import WATCH
 from provision.watch.reconcile import ReconcileResult, reconcile
 
@@ -25,15 +25,21 @@ MAX_INTERVAL_S = 3600.0
 @click.option("--once", is_flag=True, help="One pass, then exit (1 when Slurm could not be read).")
 @click.option("--interval", "interval_s", type=click.FloatRange(1.0, MAX_INTERVAL_S), default=60.0,
               show_default=True, help="Seconds between passes.")
+@click.option("--clear-breaker", is_flag=True,
+              help="The operator has found the common cause: clear the tripped breaker, list what it held, exit.")
 @state_dir_option
 @json_option
-def watch_command(spec: Path, once: bool, interval_s: float, state_dir: Path | None, as_json: bool) -> int:
+def watch_command(spec: Path, once: bool, interval_s: float, clear_breaker: bool, state_dir: Path | None,
+                  as_json: bool) -> int:
     """Read back what happened in Slurm since the last pass: a node node-check drained is quarantined with its
-    check; an administrator's drain or resume is recorded as theirs. SIGTERM ends it between passes."""
+    check; an administrator's drain or resume is recorded as theirs. Past watch.breaker (a share of the fleet
+    quarantined within a window) it acts on no node until --clear-breaker. SIGTERM ends it between passes."""
     loaded = load_spec(spec)
     if loaded.spec.slurm is None:
         raise click.UsageError("the spec has no slurm section: there is nothing to watch yet")
     directory = state_dir_of(loaded, state_dir)
+    if clear_breaker:
+        return _clear(loaded, directory, as_json)
     stop = threading.Event()
 
     def ask_to_stop(_signum: int, _frame: FrameType | None) -> None:
@@ -55,6 +61,27 @@ def watch_command(spec: Path, once: bool, interval_s: float, state_dir: Path | N
         signal.signal(signal.SIGTERM, previous)
 
 
+def _clear(loaded: LoadedSpec, directory: Path, as_json: bool) -> int:
+    """An operator's clearing of the breaker, in a recorded run of its own: what it held is listed (the nodes
+    still drained in Slurm by node-check are read back by the next pass)."""
+    with mutating_run(directory, WATCH, argv(), spec=SpecIdentity(loaded.path.resolve(), loaded.sha256)) as run:
+        state = run.store.breaker()
+        held = state["detail"].get("held", []) if state and state["tripped"] else []
+        if state and state["tripped"]:
+            run.store.set_breaker(tripped=False, detail={"cleared": True, "held": held, "was": state["detail"]},
+                                  run_id=run.id)
+        run.note("watch.breaker_cleared", {"was_tripped": bool(state and state["tripped"]), "held": held})
+        run.conclude(EXIT_OK)
+    if as_json:
+        emit_json({"cleared": bool(state and state["tripped"]), "held": held})
+    elif state and state["tripped"]:
+        out.print(f"breaker cleared; it had held {len(held)} move(s): "
+                  + ", ".join(f"{entry['node']} ({entry['reason']})" for entry in held), markup=False)
+    else:
+        out.print("the breaker was not tripped", markup=False)
+    return EXIT_OK
+
+
 def _render(result: ReconcileResult, as_json: bool) -> None:
     if as_json:
         emit_json(result.as_dict())
@@ -63,8 +90,12 @@ def _render(result: ReconcileResult, as_json: bool) -> None:
         out.print(f"Slurm unreachable: {result.unreachable}; nothing read back this pass", markup=False)
     elif result.pending:
         out.print("a sync to Slurm is pending: nothing read back until it has gone through", markup=False)
-    elif not result.moves:
+    elif not result.moves and not result.held:
         out.print("Slurm and the store agree.", markup=False)
     for move in result.moves:
         by = f"the operator ({move.seen_operator}, seen in Slurm)" if move.seen_operator else "node-check"
         out.print(f"{move.node}: {move.target} by {by}: {move.reason}", markup=False)
+    if result.breaker:
+        out.print(f"breaker tripped: {result.breaker}; held: "
+                  + (", ".join(f"{move.node} ({move.reason})" for move in result.held) or "nothing new this pass")
+                  + "; clear with provision watch SPEC --clear-breaker once the cause is found", markup=False)

@@ -79,14 +79,18 @@ def _load_json(path: Path) -> Any:
 
 def families(loaded: LoadedSpec, store: ReadStore, state_dir: Path) -> list[Family]:
     """Every family the textfile carries: the nodes' states, the latest runs, the latest burn-in's figures, the
-    suspect cables and the soak's latest poll."""
+    suspect cables, the soak's latest poll and the watch's breaker."""
     cluster = loaded.spec.cluster.name
     runs = store.runs(limit=1000)
     suspects = Family("provision_cable_suspect_score", "Link-health score of each suspect cable, by class")
     for row in link_health(loaded, state_dir)["suspects"]:
         suspects.add(row["score"], cluster=cluster, cable=row["cable"], **{"class": row["class"]})
+    breaker = Family("provision_watch_breaker_tripped", "1 while the watch's circuit breaker holds every action "
+                     "(a systemic cause suspected), 0 otherwise")
+    state = store.breaker()
+    breaker.add(1 if state and state["tripped"] else 0, cluster=cluster)
     return [*_node_families(loaded, store, cluster), *_run_families(runs, cluster), *_burnin_families(runs, cluster),
-            suspects, *soak_families(store, cluster)]
+            suspects, *soak_families(store, cluster), breaker]
 
 
 def _node_families(loaded: LoadedSpec, store: ReadStore, cluster: str) -> list[Family]:

@@ -585,6 +585,23 @@ class Metrics(Strict):
     textfile_dir: Path
 
 
+class WatchBreaker(Strict):
+    """When the watch stops acting: more nodes to quarantine within ``window_minutes`` than ``share`` of the admitted
+    fleet (and never for fewer than ``min_nodes``) is a cause common to all of them (a driver rollout, a fabric
+    event), not as many bad nodes. Tripped, it acts on no node and lists what it would have done until an operator
+    clears it (``provision watch SPEC --clear-breaker``)."""
+
+    share: Annotated[float, Field(gt=0, le=1)] = 0.1
+    min_nodes: Annotated[int, Field(ge=1, le=100_000)] = 2
+    window_minutes: Annotated[int, Field(ge=1, le=7 * 24 * 60)] = 60
+
+
+class WatchPolicy(Strict):
+    """``provision watch``: what it may do to the admitted fleet."""
+
+    breaker: WatchBreaker = WatchBreaker()
+
+
 class SlurmIntegration(Strict):
     """Admission reaches Slurm: after every run, node states and features follow the state store."""
 
@@ -629,6 +646,8 @@ class ClusterSpec(Strict):
     simulation: Simulation | None = None
     metrics: Metrics | None = None
     slurm: SlurmIntegration | None = None
+    #: The watch's policy; without the section, the defaults (a breaker at a tenth of the fleet in an hour).
+    watch: WatchPolicy = WatchPolicy()
 
 
 class FabricSpec(Strict):

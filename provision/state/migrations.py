@@ -142,6 +142,16 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (profile, figure, campaign, node, item)
     );
     """,
+    # 7 -> 8: the watch's circuit breaker: tripped, it acts on no node until an operator clears it (one row)
+    """
+    CREATE TABLE watch_breaker (
+        id      INTEGER PRIMARY KEY CHECK (id = 1),
+        tripped INTEGER NOT NULL,
+        detail  TEXT NOT NULL DEFAULT '{}',
+        at      TEXT NOT NULL,
+        run_id  TEXT
+    );
+    """,
 )
 
 

@@ -507,6 +507,27 @@ class StateStore:
         return {row["sink"]: {"pending": bool(row["pending"]), "detail": json.loads(row["detail"]), "at": row["at"],
                               "run_id": row["run_id"]} for row in rows}
 
+    def set_breaker(self, *, tripped: bool, detail: dict[str, Any], run_id: str | None) -> None:
+        with self.transaction():
+            self.db.execute("INSERT OR REPLACE INTO watch_breaker (id, tripped, detail, at, run_id) "
+                            "VALUES (1, ?, ?, ?, ?)", (int(tripped), json.dumps(detail, sort_keys=True), now(), run_id))
+
+    def breaker(self) -> dict[str, Any] | None:
+        """The watch's breaker, {tripped, detail, at, run_id}; None before a watch ever judged it (or an old store
+        read-only)."""
+        try:
+            row = self.db.execute("SELECT * FROM watch_breaker WHERE id = 1").fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return None if row is None else {"tripped": bool(row["tripped"]), "detail": json.loads(row["detail"]),
+                                         "at": row["at"], "run_id": row["run_id"]}
+
+    def moves_since(self, to_state: NodeState, stage: str, since: str) -> list[str]:
+        """The nodes moved to ``to_state`` at ``stage`` at or after ``since`` (an ISO time, as ``at`` is kept)."""
+        rows = self.db.execute("SELECT node FROM transitions WHERE to_state = ? AND stage = ? AND at >= ? "
+                               "ORDER BY id", (to_state.value, stage, since)).fetchall()
+        return [row["node"] for row in rows]
+
     def cable_history(self, cable: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT kind, at, detail, run_id FROM cable_history WHERE cable = ? ORDER BY at, id",
                                (cable,)).fetchall()

@@ -10,7 +10,8 @@ Three things are read, each only where the store and Slurm disagree about an adm
   as the operator's admit, so the next sync does not drain it again behind their back.
 
 Nothing else is touched: a node drained by our own sync (``provision: ...``), one Slurm has down without a drain,
-and every node while a sync is pending (Slurm may simply not have been told yet) are left as they are.
+and every node while a sync is pending (Slurm may simply not have been told yet) are left as they are. The watch's
+own quarantines go through its circuit breaker (:mod:`provision.watch.breaker`): tripped, they are held and listed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from provision.facts.slurm import SlurmNode
@@ -28,9 +30,12 @@ from provision.spec import LoadedSpec
 from provision.state import NodeState, StateStore
 from provision.state.lifecycle import ADMIT, DRAIN
 from provision.state.store import NodeRecord
+from provision.watch import breaker
 
 #: node-check's summary after its prefix: ``<node>: <check>: <message>`` (``on_node.verdict``).
 _CHECK = re.compile(r"^\S+: (?P<check>[a-z0-9_]+): (?P<message>.*)$")
+#: The stage of a quarantine the watch reads back from a node-check drain.
+NODE_CHECK_STAGE = "node-check"
 #: Slurm's states in which a resumed node can take work again.
 _SERVING = frozenset({"idle", "allocated", "mixed", "completing"})
 
@@ -79,7 +84,7 @@ def plan_reconcile(records: Sequence[NodeRecord], slurm_nodes: dict[str, SlurmNo
             if failed is not None:
                 check, message = failed
                 moves.append(Move(record.name, NodeState.QUARANTINED, f"node-check/{check}: {message}",
-                                  stage="node-check", evidence=seen))
+                                  stage=NODE_CHECK_STAGE, evidence=seen))
             elif not node.reason.startswith(SYNC_PREFIX):
                 who = f" by {node.reason_user}" if node.reason_user else ""
                 moves.append(Move(record.name, NodeState.DRAINED, f"drained in Slurm{who}: {node.reason or '-'}",
@@ -97,10 +102,13 @@ class ReconcileResult:
     moves: list[Move]
     unreachable: str = ""  # slurmctld did not answer: nothing read back this pass
     pending: bool = False  # a sync of ours is pending: nothing read back until it went through
+    held: list[Move] = field(default_factory=list)  # the watch's own moves the breaker held back
+    breaker: str = ""  # why the breaker is tripped (empty: it is not)
 
     def as_dict(self) -> dict[str, Any]:
         return {"moves": [move.as_dict() for move in self.moves], "slurm_unreachable": self.unreachable,
-                "sync_pending": self.pending}
+                "sync_pending": self.pending, "held_by_breaker": [move.as_dict() for move in self.held],
+                "breaker": self.breaker}
 
 
 def reconcile(loaded: LoadedSpec, store: StateStore, *, run_id: str) -> ReconcileResult:
@@ -111,8 +119,35 @@ def reconcile(loaded: LoadedSpec, store: StateStore, *, run_id: str) -> Reconcil
         nodes = slurm.client_for(loaded).nodes()
     except slurm.SlurmUnreachable as error:
         return ReconcileResult([], unreachable=str(error), pending=pending)
-    moves = plan_reconcile(store.nodes(), nodes, sync_pending=pending)
+    records = store.nodes()
+    moves = plan_reconcile(records, nodes, sync_pending=pending)
+    moves, held, why = _through_breaker(loaded, store, records, moves, run_id=run_id)
     for move in moves:
         store.transition(move.node, move.target, run_id=run_id, stage=move.stage, reason=move.reason,
                          evidence=move.evidence, seen_operator=move.seen_operator)
-    return ReconcileResult(moves, pending=pending)
+    return ReconcileResult(moves, pending=pending, held=held, breaker=why)
+
+
+def _through_breaker(loaded: LoadedSpec, store: StateStore, records: Sequence[NodeRecord], moves: list[Move], *,
+                     run_id: str) -> tuple[list[Move], list[Move], str]:
+    """The moves this pass may make, the watch's own it must hold, and why the breaker is tripped (empty: it is
+    not). What an administrator did in Slurm is recorded whatever the breaker says: it is their decision, seen."""
+    own = [move for move in moves if move.seen_operator is None]
+    seen = [move for move in moves if move.seen_operator is not None]
+    state = store.breaker()
+    if state is not None and state["tripped"]:
+        detail = state["detail"]
+        known = {entry["node"] for entry in detail.get("held", [])}
+        detail["held"] = [*detail.get("held", []), *(move.as_dict() for move in own if move.node not in known)]
+        store.set_breaker(tripped=True, detail=detail, run_id=state["run_id"])
+        return seen, own, str(detail.get("why", "tripped"))
+    policy = loaded.spec.watch.breaker
+    since = (datetime.now(UTC) - timedelta(minutes=policy.window_minutes)).isoformat(timespec="milliseconds")
+    acted = len(store.moves_since(NodeState.QUARANTINED, NODE_CHECK_STAGE, since))
+    fleet = sum(1 for record in records if record.in_spec and record.state is NodeState.ADMITTED)
+    decision = breaker.judge(policy, fleet=fleet, acted=acted, proposed=len(own))
+    if not decision.tripped:
+        return moves, [], ""
+    store.set_breaker(tripped=True, detail={"why": decision.why, "limit": decision.limit, "acted": decision.acted,
+                                            "held": [move.as_dict() for move in own]}, run_id=run_id)
+    return seen, own, decision.why
