@@ -112,6 +112,10 @@ def _refuse_unread_keys(spec: ClusterSpec, problems: list[Problem]) -> None:
     if spec.bmc is not None and spec.bmc.protocol == "ipmi":
         problems.append(Problem(("bmc", "protocol"), f"{NOT_YET}: power control speaks Redfish", "write protocol: "
                                 "redfish (every current BMC serves it)"))
+    for index, domain in enumerate(spec.nvlink_domains or []):
+        for key in sorted({"switch_trays", "chassis_serial"} & domain.model_fields_set):
+            problems.append(Problem(("nvlink_domains", index, key), f"{NOT_YET}: nothing reads it until a tray's "
+                                    "preflight runs (trays are not burned in yet)", "remove the key"))
     if spec.software is not None and spec.software.nccl is not None:
         problems.append(Problem(("software", "nccl"), f"{NOT_YET}: NCCL comes with the nodes' torch wheel and no "
                                 "check compares its version with a pin yet", "remove the key"))

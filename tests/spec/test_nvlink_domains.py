@@ -97,6 +97,17 @@ def test_what_cannot_be_is_refused_where_it_is_written(tmp_path: Path, edit: Any
     assert where.replace("[", ".").replace("]", "") in shown.replace("[", ".").replace("]", ""), shown
 
 
+def test_keys_nothing_reads_yet_are_refused_where_written(tmp_path: Path) -> None:
+    def edit(data: dict) -> None:
+        data["nvlink_domains"][0].update(switch_trays=9, chassis_serial="1820625880038")
+
+    with pytest.raises(SpecError) as refused:
+        load_spec(_written(tmp_path, edit))
+    shown = str(refused.value)
+    assert "nvlink_domains[0].switch_trays: not supported yet" in shown
+    assert "nvlink_domains[0].chassis_serial: not supported yet" in shown
+
+
 def test_domains_without_a_tray_profile_are_refused(tmp_path: Path) -> None:
     sim = yaml.safe_load((EXAMPLES / "sim-cluster.yaml").read_text())
     sim["nvlink_domains"] = [{"name": "r1", "hosts": "sim[01-02]", "size": 16}]
