@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 import warnings
 from typing import Any
 
@@ -116,11 +117,23 @@ def _worker(module: Any, args: argparse.Namespace, local_rank: int, params: dict
         code = 0
     except BaseException as error:
         emit("error", rank=args.node_rank * args.nproc + local_rank, local_rank=local_rank,
-             error=f"{type(error).__name__}: {str(error)[:500]}")
+             error=f"{type(error).__name__}: {str(error)[:500]}", where=where(error))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+#: The innermost frames an error record keeps: enough to tell a checkpoint's load from a barrier.
+WHERE_FRAMES = 6
+
+
+def where(error: BaseException) -> list[str]:
+    """The innermost frames of ``error``'s traceback, ``file:line in function``: when every rank fails at once, the
+    rank that failed first (a timeout) and the step it was in (the checkpoint's load, a barrier) are the only clue
+    to the cause, and the message alone names neither."""
+    frames = traceback.extract_tb(error.__traceback__)[-WHERE_FRAMES:]
+    return [f"{frame.filename}:{frame.lineno} in {frame.name}" for frame in frames]
 
 
 def _dump_stacks(pid: int) -> None:

@@ -4,6 +4,7 @@ records (and the logs kept as evidence), shared by every torch stage."""
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from pathlib import Path
@@ -42,11 +43,16 @@ def unfinished_workers(run: NodeRun, expected: int) -> list[str]:
 
 
 def keep_logs(result: LaunchResult, directory: Path) -> None:
-    """Each node's agent stderr (stack dumps live there) beside the run's other evidence."""
+    """Each node's agent stderr (stack dumps live there) and its workers' errors, each with the frames it was
+    raised in, beside the run's other evidence: a launch that failed everywhere is judged on the first four
+    nodes' first lines, and the rank that started it may be on none of them."""
     directory.mkdir(parents=True, exist_ok=True)
     for run in result.nodes:
         if run.command and run.command.stderr.strip():
             (directory / f"{result.test}-{run.node}.stderr").write_text(run.command.stderr)
+        errors = run.of("error")
+        if errors:
+            (directory / f"{result.test}-{run.node}.errors.json").write_text(json.dumps(errors, indent=2))
 
 
 #: nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md), with n the group size.
@@ -244,6 +250,23 @@ def raised_errors(result: LaunchResult) -> dict[str, list[str]]:
     return found
 
 
+#: What a rank prints when a peer went away: a step further from the cause than a rank that timed out waiting.
+PEER_GONE = re.compile(r"connection (?:closed|reset|refused)|broken pipe|by peer|remote process exited|"
+                       r"connection was likely closed|remote server shutdown", re.IGNORECASE)
+
+
+def _nearest(lines: list[str]) -> str:
+    """The line of a node's problems nearest the cause: the first that is not only a peer gone away."""
+    return next((line for line in lines if not PEER_GONE.search(line)), lines[0])
+
+
+def _nearest_first(item: tuple[str, list[str]]) -> tuple[bool, str]:
+    """Nodes with a line other than a peer gone away first (a rank that timed out waiting was there when its wait
+    began; the ones whose peer closed the connection are what followed), then by name."""
+    host, lines = item
+    return bool(PEER_GONE.search(_nearest(lines))), host
+
+
 class FailedEverywhere(StageSystemic):
     """Every node's workers failed a multi-node stage (init, exit, no report): a setting, the rendezvous or the
     fabric, not a node; nobody is quarantined for it."""
@@ -257,7 +280,7 @@ def culprits(problems: dict[str, list[str]], nodes: int, *, stage: str, when: st
     own = {node: lines for node, lines in problems.items() if any(not CONSEQUENCE.search(line) for line in lines)}
     own = own or problems
     if nodes > 1 and len(own) == nodes:
-        shown = "; ".join(f"{host}: {lines[0]}" for host, lines in sorted(own.items())[:4])
+        shown = "; ".join(f"{host}: {_nearest(lines)}" for host, lines in sorted(own.items(), key=_nearest_first)[:4])
         raise FailedEverywhere(
             f"the {stage} failed on every node ({len(own)} of {nodes}) in {when}: {shown}. A failure everywhere "
             "is a setting, the rendezvous or the fabric (NCCL environment, a blocked port, the subnet manager), not "

@@ -43,6 +43,19 @@ SPIKE_FACTOR = 2.0
 GROWTH_FACTOR = 1.5
 MAX_ATTEMPTS = 3
 MODES = ("ddp", "fsdp")
+#: The least a training rank waits on its peers in one operation, seconds (the default collective timeout).
+TRAINING_WAIT_FLOOR_S = 60.0
+
+
+def training_wait(collective_timeout_s: float) -> float:
+    """How long a training rank waits on its peers in one operation: the spec's collective timeout, but never
+    under :data:`TRAINING_WAIT_FLOOR_S`. A training operation is not one timed collective: the first one after a
+    launch waits for every rank to build its model, and the checkpoint's save and load wait for every rank's
+    writes and reads of shared storage. Seen on this machine with the example's 10 s (32 ranks on two cores): one
+    rank late loading the checkpoint made every other rank time out, twice in a row, and a healthy delivery
+    stopped as systemic. A rank that really hangs is still found: the launch's deadline kills it, and the
+    watchdog names it."""
+    return max(TRAINING_WAIT_FLOOR_S, collective_timeout_s)
 
 
 def training_params(loaded: LoadedSpec, *, seed: int, phase: str, checkpoint_dir: str) -> dict[str, Any]:
@@ -51,7 +64,7 @@ def training_params(loaded: LoadedSpec, *, seed: int, phase: str, checkpoint_dir
             "checkpoint_step": work.training_steps // 2, "checkpoint_dir": checkpoint_dir,
             "vocab": 64, "width": work.training_width, "heads": 4, "layers": work.training_layers,
             "length": work.training_length, "batch": work.training_batch, "lr": 3e-3, "gc_every": 10,
-            "timeout_s": stage_limits(loaded, loaded.nodes[0])["collective_timeout_s"]}
+            "timeout_s": training_wait(stage_limits(loaded, loaded.nodes[0])["collective_timeout_s"])}
 
 
 def growth(times: list[float]) -> float:
@@ -240,7 +253,7 @@ def run_training_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir:
     nproc = burnin.ranks_per_node or loaded.spec.hardware[nodes[0].hardware].gpu.count
     limits = stage_limits(loaded, nodes[0])
     checkpoint_dir = f"{burnin.workload.checkpoint_dir.rstrip('/')}/{run_id}"
-    deadline = max(180.0, 10 * limits["collective_timeout_s"])
+    deadline = max(180.0, 10 * limits["collective_timeout_s"], 3 * training_wait(limits["collective_timeout_s"]))
     failed: dict[str, list[CheckResult]] = {}
     remaining = list(nodes)
     judged: dict[str, list[CheckResult]] = {}

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.simhelpers import free_loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,3 +67,21 @@ def test_a_sigterm_during_the_workers_fork_takes_every_worker_down(tmp_path: Pat
     for pid in left:
         os.kill(pid, 9)
     assert not left, f"workers outlived their agent: {left}"
+
+
+def _load_checkpoint() -> None:
+    raise RuntimeError("Timed out waiting 10000ms for send operation to complete")
+
+
+@pytest.mark.fast
+def test_an_error_record_keeps_the_frames_it_was_raised_in() -> None:
+    """Every rank failing at once says the same few words; where the first one was (a checkpoint's load, a
+    barrier) is in its frames, innermost last."""
+    from fabric_tests.agent import WHERE_FRAMES, where
+
+    try:
+        _load_checkpoint()
+    except RuntimeError as error:
+        frames = where(error)
+    assert frames[-1].endswith("in _load_checkpoint") and "test_agent_signals.py:" in frames[-1]
+    assert 1 <= len(frames) <= WHERE_FRAMES
