@@ -77,6 +77,17 @@ import stat  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
+def kernel_machine() -> str:
+    """The machine the node's kernel runs (``uname -m``'s word): ``/proc/sys/kernel/arch`` where the kernel
+    has it (newer kernels do), else Python's own ``uname``. The file comes first because it is the host's: a simulated
+    Grace tray presents ``aarch64`` there while the Python running this module is the controller's x86_64."""
+    try:
+        with open("/proc/sys/kernel/arch", encoding="ascii") as handle:
+            return handle.read().strip() or os.uname().machine
+    except OSError:
+        return os.uname().machine
+
+
 def present(path: str) -> dict[str, tuple[int, int]]:
     """Each regular file in ``path`` (not below it): its size and whole-second modification time."""
     try:
@@ -136,7 +147,7 @@ def main() -> None:
                     place(staged, path, entry, mode)
         except OSError as error:
             module.fail_json(msg=f"wheel_cache: cannot place the wheels in {path}: {error}", missing=lacking)
-    module.exit_json(changed=bool(lacking), missing=lacking, machine=os.uname().machine)
+    module.exit_json(changed=bool(lacking), missing=lacking, machine=kernel_machine())
 
 
 if __name__ == "__main__":

@@ -8,12 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from provision.burnin.verdict import NodeVerdict, judge
-from provision.checks import preflight, spec_expectations
+from provision.checks import nvlink_domain, preflight, spec_expectations
 from provision.checks.outcome import CheckResult, Outcome
+from provision.facts.nvidia_smi import GPU_FABRIC, GpuFabric
 from provision.hosts import runtime
 from provision.hosts.remote import open_session
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
+from topology import hostlist
 
 #: Per command; a hung nvidia-smi is a finding (unknown), not a hung burn-in.
 COMMAND_TIMEOUT_S = 60.0
@@ -25,23 +27,57 @@ def unreachable(check: str, error: Exception) -> CheckResult:
                        "check that the host is up and reachable over SSH")
 
 
-def check_node(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> list[CheckResult]:
+def read_node(loaded: LoadedSpec, node: ResolvedNode,
+              state_dir: Path) -> tuple[list[CheckResult], list[GpuFabric] | None]:
+    """One node's preflight checks, and a compute tray's GPU fabric facts as read (None: not a tray, or not read),
+    which its domain is judged on once every tray of it has been read."""
     try:
         session = open_session(loaded, node, state_dir)
     except Exception as error:
-        return [unreachable("connect", error)]
+        return [unreachable("connect", error)], None
     try:
-        return preflight.run(session, spec_expectations.expectations(loaded, node), COMMAND_TIMEOUT_S)
+        expect = spec_expectations.expectations(loaded, node)
+        gathered = preflight.collect(session, COMMAND_TIMEOUT_S, platform=expect.platform)
+        results = preflight.evaluate(gathered, expect)
+        return results, gathered.parsed.get(GPU_FABRIC.name)
     finally:
         session.close()
 
 
-def run_preflight(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, forks: int) -> list[NodeVerdict]:
-    def one(node: ResolvedNode) -> NodeVerdict:
-        return judge(loaded.spec.admission, node.name, "preflight", check_node(loaded, node, state_dir))
+def check_node(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> list[CheckResult]:
+    return read_node(loaded, node, state_dir)[0]
 
+
+def domain_results(loaded: LoadedSpec, fabrics: dict[str, list[GpuFabric] | None]) -> dict[str, CheckResult]:
+    """``nvlink_domain`` for every compute tray preflight read: the trays the spec puts in one domain must name one
+    NVLink partition (:func:`~provision.checks.nvlink_domain.judge_domain_membership`), judged among the trays of
+    this run, on the GPUs that joined a partition: a GPU left out of any (CliqueId 0) is ``gpu_fabric``'s finding,
+    not a second domain. A tray whose fabric was not read, or none of whose GPUs joined, is unknown here (its
+    ``gpu_fabric`` says why), never in."""
+    results: dict[str, CheckResult] = {}
+    for domain in loaded.spec.nvlink_domains or []:
+        trays = [host for host in hostlist.expand(domain.hosts) if host in fabrics]
+        joined = {tray: [gpu for gpu in fabrics[tray] or [] if gpu.state == "Completed" and gpu.status == "Success"
+                         and gpu.clique_id not in ("", "0", "N/A")] for tray in trays}
+        read = {tray: gpus for tray, gpus in joined.items() if gpus}
+        results.update(nvlink_domain.judge_domain_membership(read))
+        for tray in trays:
+            if tray not in read:
+                results[tray] = CheckResult("nvlink_domain", Outcome.UNKNOWN, f"no GPU of {tray} was read in an "
+                                            "NVLink partition: its domain cannot be told", "see gpu_fabric; re-run "
+                                            "preflight")
+    return results
+
+
+def run_preflight(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, forks: int) -> list[NodeVerdict]:
+    trays = {node.name for node in nodes if loaded.spec.hardware[node.hardware].platform == "nvl72"}
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(nodes)))) as pool:
-        return list(pool.map(one, nodes))
+        read = list(pool.map(lambda node: read_node(loaded, node, state_dir), nodes))
+    domains = domain_results(loaded, {node.name: fabric for node, (_, fabric) in zip(nodes, read, strict=True)
+                                      if node.name in trays})
+    return [judge(loaded.spec.admission, node.name, "preflight",
+                  [*results, *([domains[node.name]] if node.name in domains else [])])
+            for node, (results, _) in zip(nodes, read, strict=True)]
 
 
 def runtime_of(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, fabric_tests_version: str) -> CheckResult:

@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from provision.checks import kernel_allowlist
+from provision.checks import kernel_allowlist, nvlink_domain
 from provision.checks.outcome import CheckResult, Outcome
-from provision.facts import dcgm, infiniband, kernel_log, lspci, nvidia_smi, packages, system
+from provision.facts import dcgm, imex, infiniband, kernel_log, lspci, nvidia_smi, packages, system
 from provision.facts.fact import Fact, Parsed
 from provision.facts.session import CommandResult, HostSession, ReadFailed
 
@@ -31,6 +31,11 @@ PROBES: tuple[Fact[Any], ...] = (nvidia_smi.GPUS, nvidia_smi.REMAPPED_ROWS, nvid
 FILES: tuple[Fact[Any], ...] = (system.SWAPS, packages.PEERMEM_REGISTRATION, packages.MODULES, packages.DPKG_STATUS,
                                 system.CMDLINE)
 LINKS: tuple[Fact[Any], ...] = (lspci.PCI_DEVICES, infiniband.INFINIBAND)
+#: What a GB200/GB300 compute tray is read for besides (field guide 8.2-8.3): each GPU's Fabric block and Platform
+#: Info, IMEX's status and its view of the domain, the peers it is configured with, and its channel device.
+TRAY_PROBES: tuple[Fact[Any], ...] = (nvidia_smi.GPU_FABRIC, imex.IMEX_STATUS, imex.IMEX_NODES)
+TRAY_FILES: tuple[Fact[Any], ...] = (imex.IMEX_PEERS,)
+TRAY_LINKS: tuple[Fact[Any], ...] = (imex.IMEX_CHANNELS,)
 GPU_FIELDS, REMAP_FIELDS = nvidia_smi.GPU_FIELDS, nvidia_smi.REMAP_FIELDS
 
 #: Imbue's hardware set (field guide 3.2): these Xids fail a node; any other Xid is a warning.
@@ -79,6 +84,12 @@ class Expectations:
     dcgm_min: str = ""
     dcgm_version: str = ""
     arch: str = "x86_64"  # the profile's architecture: what the runtime's wheels were chosen for
+    #: ``nvl72``: a GB200/GB300 compute tray, read for its NVLink domain as well (``TRAY_PROBES``), its GPUs' PCIe
+    #: not judged (NVLink-C2C: Gen4 x1 is healthy) and its rails paired with GPUs by NUMA node.
+    platform: str = "hgx"
+    tray_index: int = 0  # where the spec puts the tray in its domain (Platform Info's Tray Index, 1-based)
+    chassis_serial: str = ""  # the rack's serial where the spec names it (nvlink_domains[].chassis_serial)
+    imex_peers: tuple[str, ...] = ()  # the domain's trays' addresses, in the spec's order (nodes_config.cfg)
 
 
 @dataclass
@@ -92,6 +103,9 @@ class Gathered:
     #: Probes whose command the host does not have (the shell's exit status 127): a fact about the host.
     missing: set[str] = field(default_factory=set)
     parsed: dict[str, Any] = field(default_factory=dict, repr=False)  # each output parsed once, for every check
+    #: The exit status of each probe that ran to an end (not lost, timed out or refused): a non-zero one is the
+    #: host's own answer (an IMEX daemon that does not serve), where a lost one says nothing about the host.
+    exits: dict[str, int] = field(default_factory=dict)
 
 
 COMMAND_NOT_FOUND = 127  # the shell's exit status for a command it cannot find
@@ -102,8 +116,9 @@ COMMAND_NOT_FOUND = 127  # the shell's exit status for a command it cannot find
 CHANNELS_AT_ONCE = 4
 
 
-def collect(session: HostSession, timeout_s: float) -> Gathered:
-    """Every probe of a host at once, over its one session."""
+def collect(session: HostSession, timeout_s: float, *, platform: str = "hgx") -> Gathered:
+    """Every probe of a host at once, over its one session (a compute tray's own as well)."""
+    tray = platform == "nvl72"
     gathered = Gathered()
 
     def command(probe: Fact[Any]) -> tuple[str, CommandResult]:
@@ -114,20 +129,23 @@ def collect(session: HostSession, timeout_s: float) -> Gathered:
         accepted = nvidia_smi.parse_help_query(asked.stdout) if asked.ok else None
     except ValueError:
         accepted = None
-    probes = [nvidia_smi.gpus_command(accepted) if probe is nvidia_smi.GPUS else probe for probe in PROBES]
+    probes = [nvidia_smi.gpus_command(accepted) if probe is nvidia_smi.GPUS else probe
+              for probe in (*PROBES, *(TRAY_PROBES if tray else ()))]
     with ThreadPoolExecutor(max_workers=min(len(probes), CHANNELS_AT_ONCE)) as pool:
         results = list(pool.map(command, probes))
-        for probe in FILES:  # a file that could not be read is a problem of its probe, never an absent file
+        for probe in (*FILES, *(TRAY_FILES if tray else ())):  # unreadable: a problem of its probe, never absent
             try:
                 gathered.files[probe.name] = session.read_text(probe.path)
             except ReadFailed as failed:
                 gathered.problems[probe.name] = str(failed)
-        for probe in LINKS:
+        for probe in (*LINKS, *(TRAY_LINKS if tray else ())):
             try:
                 gathered.links[probe.name] = session.resolve_links(probe.path)
             except ReadFailed as failed:
                 gathered.problems[probe.name] = str(failed)
     for name, result in results:
+        if not (result.lost or result.timed_out or result.refused_root):
+            gathered.exits[name] = result.rc
         if result.ok:
             gathered.outputs[name] = result.stdout
         else:
@@ -320,12 +338,13 @@ def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResul
     gpus = [device for device in devices.values() if device.kind == "3D controller" and "NVIDIA" in device.description]
     hca_addresses = _hca_addresses(gathered)
     failures = []
-    for device in gpus:
+    c2c = expect.platform == "nvl72"  # a tray's GPU talks to Grace over NVLink-C2C: its PCIe link says nothing
+    for device in [] if c2c else gpus:
         # GPUs lower their link speed when idle: judge width here, speed from nvidia-smi's trained maximum
         if device.link_status and device.link_status.width < expect.gpu_pcie[1]:
             failures.append(f"GPU {device.address} link x{device.link_status.width}, the spec says "
                             f"x{expect.gpu_pcie[1]}")
-    if "gpus" not in gathered.problems:
+    if "gpus" not in gathered.problems and not c2c:
         for gpu in _gpus(gathered):
             if _int(gpu.pcie_gen_max) < expect.gpu_pcie[0]:
                 failures.append(f"GPU {gpu.index} ({gpu.bus_id}) can train only to Gen"
@@ -346,8 +365,10 @@ def check_pcie_link(gathered: Gathered, expect: Expectations) -> list[CheckResul
     failures += [f"kernel: {message}" for message in limited]
     if unmeasured and not failures:  # a failure measured stands; otherwise what was not measured is not at spec
         raise Unknown(f"{', '.join(unmeasured)}: no /sys/class/infiniband entry, its PCIe link was not read")
-    return [_result("pcie_link", failures, f"{len(gpus)} GPU and {len(expect.rail_hcas)} HCA links at spec",
-                    "reboot to retrain the link; reseat the card or riser if it stays low")]
+    judged = (f"{len(expect.rail_hcas)} HCA links at spec (the GPUs' own, over NVLink-C2C, not judged)" if c2c
+              else f"{len(gpus)} GPU and {len(expect.rail_hcas)} HCA links at spec")
+    return [_result("pcie_link", failures, judged, "reboot to retrain the link; reseat the card or riser if it "
+                    "stays low")]
 
 
 def _pci_chain(target: str) -> list[str]:
@@ -367,6 +388,8 @@ def check_rail_map(gathered: Gathered, expect: Expectations) -> list[CheckResult
     farther HCA sends GPUDirect traffic across a root complex or a socket, and names the wrong HCA on tickets."""
     if not expect.rails:
         return [CheckResult("rail_map", Outcome.SILENCED, "the spec maps no rails")]
+    if expect.platform == "nvl72":
+        return [_rail_map_by_numa(gathered, expect)]
     unread = ""
     try:
         devices = _links(gathered, "pci_devices")
@@ -410,6 +433,33 @@ def check_rail_map(gathered: Gathered, expect: Expectations) -> list[CheckResult
             f"GPU{index}-{hca} {topo.relation.get(f'GPU{index}', {}).get(by_name.get(hca, ''), '?')}"
             for hca, index in expect.rails))
     return [result]
+
+
+def _rail_map_by_numa(gathered: Gathered, expect: Expectations) -> CheckResult:
+    """A compute tray's rails: each NIC on its GPU's NUMA node (its Grace). Every GPU hangs off Grace over C2C and
+    no PCIe switch joins a GPU to a NIC (``topo -m`` prints ``SYS`` for every pair, healthy), so the nearest NIC
+    is the one on the same Grace, as NCCL pairs them (field guide 8.3)."""
+    devices = _pci_devices(gathered)
+    hca_addresses = _hca_addresses(gathered)
+    gpu_bus = {int(gpu.index): _bus_id(gpu.bus_id) for gpu in _gpus(gathered)}
+    failures, evidence = [], []
+    for hca, index in expect.rails:
+        gpu, nic = devices.get(gpu_bus.get(index, "")), devices.get(hca_addresses.get(hca, ""))
+        if gpu is None or nic is None:
+            continue  # a GPU or NIC that is not there is gpu_count's and ib_ports' finding
+        if gpu.numa_node is None or nic.numa_node is None:
+            raise Unknown(f"lspci printed no NUMA node for {gpu.address if gpu.numa_node is None else nic.address}")
+        evidence.append(f"GPU {index} ({gpu.address}) NUMA {gpu.numa_node}; {hca} ({nic.address}) NUMA "
+                        f"{nic.numa_node}")
+        if gpu.numa_node != nic.numa_node:
+            failures.append(f"GPU {index} is on NUMA node {gpu.numa_node}; the spec pairs it with {hca}, on NUMA "
+                            f"node {nic.numa_node}")
+    if not evidence:
+        raise Unknown("no rail's GPU and NIC were found in lspci")
+    result = _result("rail_map", failures, f"{len(evidence)} rails: each NIC on its GPU's Grace (NUMA node)",
+                     "fix hardware.<profile>.rails in the spec: pair each GPU with a NIC of its NUMA node")
+    result.evidence += evidence[:8]
+    return result
 
 
 def _topology(gathered: Gathered) -> nvidia_smi.TopoMatrix | None:
@@ -707,6 +757,64 @@ def check_arch(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
                     "platform (hardware.<profile>.platform and arch), or check what was delivered")]
 
 
+def check_tray(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """A compute tray's own health (field guide 8.2-8.3): its GPUs' Fabric block, where Platform Info says it sits,
+    IMEX serving the domain the spec gives it, IMEX's configured peers and its channel device. An HGX host has none
+    of these (its NVSwitches are the fabric manager's: ``fabric_manager``)."""
+    if expect.platform != "nvl72":
+        return []
+    gpus = _parse(gathered, nvidia_smi.GPU_FABRIC)
+    return [nvlink_domain.judge_gpu_fabric(gpus),
+            nvlink_domain.judge_platform(gpus, nvlink_domain.TrayPlace(expect.chassis_serial or None,
+                                                                       expect.tray_index or None, None))]
+
+
+def check_imex(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """IMEX on a compute tray: the daemon READY, every tray of the spec's domain connected (``-N``); the peers in
+    ``nodes_config.cfg`` exactly the domain's trays; the channel device NCCL's MNNVL opens."""
+    if expect.platform != "nvl72":
+        return []
+    return [_imex_serving(gathered, expect), _imex_peers(gathered, expect), _imex_channel(gathered)]
+
+
+def _imex_serving(gathered: Gathered, expect: Expectations) -> CheckResult:
+    name = imex.IMEX_STATUS.name
+    if name in gathered.missing:
+        return CheckResult("imex", Outcome.FAILED, "nvidia-imex-ctl is not installed: IMEX joins no domain here",
+                           "re-run provision apply (the imex role installs it at the driver's version)")
+    if name not in gathered.outputs and gathered.exits.get(name, 0) != 0:
+        # the tool ran and said no (the daemon stopped, crashed, or its command service off): the tray's answer
+        return CheckResult("imex", Outcome.FAILED, f"IMEX does not serve: {gathered.problems.get(name, '')}",
+                           "journalctl -u nvidia-imex; restart it (re-run provision apply) and check its peers")
+    status = _parse(gathered, imex.IMEX_STATUS)
+    domain = _parse(gathered, imex.IMEX_NODES)
+    driver = ".".join(expect.driver.split(".")[:2])  # -N prints a node's version as 570.172
+    return nvlink_domain.judge_imex(status, domain, list(expect.imex_peers), driver)
+
+
+def _imex_peers(gathered: Gathered, expect: Expectations) -> CheckResult:
+    text = gathered.files.get(imex.IMEX_PEERS.name)
+    if text is None:
+        problem = gathered.problems.get(imex.IMEX_PEERS.name, f"could not read {imex.IMEX_PEERS.path}")
+        return CheckResult("imex_peers", Outcome.UNKNOWN, problem, "re-run; a check that cannot run is never "
+                           "taken as healthy")
+    try:
+        peers = imex.IMEX_PEERS.parse(text)
+    except ValueError as error:
+        return CheckResult("imex_peers", Outcome.FAILED, f"nodes_config.cfg: {error}",
+                           "rewrite nodes_config.cfg from the spec (provision apply) and restart nvidia-imex")
+    return nvlink_domain.judge_imex_peers(peers, list(expect.imex_peers))
+
+
+def _imex_channel(gathered: Gathered) -> CheckResult:
+    links = gathered.links.get(imex.IMEX_CHANNELS.name)
+    if links is None:
+        problem = gathered.problems.get(imex.IMEX_CHANNELS.name, f"could not read {imex.IMEX_CHANNELS.path}")
+        return CheckResult("imex_channel", Outcome.UNKNOWN, problem, "re-run; a check that cannot run is never "
+                           "taken as healthy")
+    return nvlink_domain.judge_imex_channel(links)
+
+
 def _int(text: str) -> int:
     try:
         return int(float(text))
@@ -736,6 +844,8 @@ CHECKS: dict[tuple[str, ...], Evaluator] = {
     ("clocks", "persistence", "mig"): check_gpu_modes,
     ("disk", "swap"): check_disk,
     ("arch",): check_arch,
+    ("gpu_fabric", "platform"): check_tray,
+    ("imex", "imex_peers", "imex_channel"): check_imex,
 }
 
 
@@ -754,5 +864,5 @@ def evaluate(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
 
 
 def run(session: HostSession, expect: Expectations, timeout_s: float) -> list[CheckResult]:
-    return evaluate(collect(session, timeout_s), expect)
+    return evaluate(collect(session, timeout_s, platform=expect.platform), expect)
 

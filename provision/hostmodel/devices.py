@@ -5,6 +5,12 @@ each GPU shares a PCIe Gen5 switch with its rail HCA, under a CPU root port;
 the NVSwitches hang off their own root port; GPUs 0-3 sit on NUMA node 0 and 4-7
 on node 1. Identities (UUIDs, serials, GUIDs) are derived from the cluster
 seed and host name, so every ``sim up`` of the same spec gives the same host.
+
+A GB200/GB300 compute tray (``platform: nvl72``) is laid out as the real tray's ``nvidia-smi -q`` shows it
+(../shared/fixtures/blackwell/nvidia_smi_q, field guide 8.2): each GPU alone in a PCI domain of its own (0008,
+0009, 0018, 0019), at ``01:00.0`` under a Grace root port, its PCIe link Gen4 x1 (the GPU talks to Grace over
+NVLink-C2C), no PCIe switch and no NVSwitch; Module Id 2, 1, 4, 3 in PCI order; the two GPUs of a superchip share
+a serial number. Its NICs sit in domains of their own too.
 """
 
 from __future__ import annotations
@@ -57,6 +63,10 @@ class HardwareProfile(Protocol):
     def nvlink(self) -> _Nvlink: ...
     @property
     def rails(self) -> Mapping[str, int]: ...
+    @property
+    def platform(self) -> str: ...
+    @property
+    def architecture(self) -> str: ...
 
 NVIDIA, MELLANOX, BROADCOM, INTEL = 0x10DE, 0x15B3, 0x1000, 0x8086
 #: Bus numbers of the eight GPU/HCA PCIe switch complexes (as on the XE9680).
@@ -64,6 +74,14 @@ COMPLEX_BUSES = (0x15, 0x37, 0x48, 0x59, 0x97, 0xB7, 0xC7, 0xD7, 0x25, 0x65, 0x7
 NVSWITCH_BUS = 0x04
 HCA_DEVICE_ID = 0x1021  # ConnectX-7, shown by lspci as "MT2910 Family [ConnectX-7]"
 NVSWITCH_DEVICE_ID = 0x22A3
+#: A GB200 tray's GPUs: the PCI domain of each, in PCI order, and the Module Id its Platform Info prints (the real
+#: tray: domains 0008/0009/0018/0019 -> modules 2/1/4/3, not in PCI order). The first two are one Grace's (NUMA 0).
+TRAY_GPU_DOMAINS = ((0x0008, 2), (0x0009, 1), (0x0018, 4), (0x0019, 3))
+#: The tray's NICs' PCI domains, one per NIC (no public listing of a tray's NIC addresses was at hand: the
+#: simulator's own choice, read by nothing that judges a node; what matters is that they are not domain 0000 only).
+TRAY_NIC_DOMAINS = (0x0000, 0x0002, 0x0010, 0x0012, 0x0001, 0x0003, 0x0011, 0x0013)
+#: The Grace root ports' device id: no check reads a root port's id; this one is the simulator's placeholder.
+GRACE_ROOT_PORT_ID = 0x22B2
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,8 @@ class Gpu:
     uuid: str
     serial: str
     numa_node: int
+    #: Platform Info's Module Id (a tray's GPUs: 1-4, not in PCI order); 0 where the layout does not model it.
+    module_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,6 +145,9 @@ class NodeHardware:
     hcas: list[Hca] = field(default_factory=list)
     devices: list[PciDevice] = field(default_factory=list)
     nvswitches: int = 0
+    #: ``uname -m``: what the host's kernel says it runs on.
+    machine: str = "x86_64"
+    platform: str = "hgx"
 
     def device(self, bdf: str) -> PciDevice:
         return next(device for device in self.devices if device.bdf == bdf)
@@ -148,7 +171,61 @@ def hca_guid(seed: int, host: str, hca: str) -> str:
     return _digest(seed, host, "hca", hca)[:8].hex()
 
 
+def _gpu_identity(seed: int, host: str, index: int) -> tuple[str, str]:
+    """A GPU's UUID and serial number, the same at every ``sim up`` of the spec."""
+    digest = _digest(seed, host, "gpu", index)
+    uuid = digest[:16].hex()
+    return (f"GPU-{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}",
+            str(1650000000000 + int.from_bytes(digest[16:20], "big") % 10**9))
+
+
+def _hca(seed: int, host: str, name: str, bdf: str, gpu: int, numa: int) -> Hca:
+    digest = _digest(seed, host, "hca", name)
+    return Hca(name, bdf, gpu, "0x" + hca_guid(seed, host, name), "MT23" + digest[8:12].hex().upper()[:8], numa)
+
+
+def describe_tray(host: str, profile: HardwareProfile, seed: int) -> NodeHardware:
+    """A GB200/GB300 compute tray (module docstring): up to four GPUs, each in its PCI domain behind a Grace root
+    port at Gen4 x1, NICs in domains of their own, two Graces (NUMA 0 and 1), aarch64 unless the profile says
+    otherwise. Refused past four GPUs or eight NICs: no tray has more."""
+    model = GPU_MODELS[profile.gpu.model]
+    if profile.gpu.count > len(TRAY_GPU_DOMAINS) or len(profile.rails) > len(TRAY_NIC_DOMAINS):
+        raise ValueError(f"{host}: a compute tray has at most {len(TRAY_GPU_DOMAINS)} GPUs and "
+                         f"{len(TRAY_NIC_DOMAINS)} NICs")
+    hardware = NodeHardware(host, model.name, machine=profile.architecture, platform="nvl72")
+    c2c = LinkConfig(4, 16, 4, 1)  # Gen4 x1 of a possible Gen4 x16, as the real tray's GPU Link Info reads
+    serial = ""
+    for index in range(profile.gpu.count):
+        domain, module = TRAY_GPU_DOMAINS[index]
+        numa = index // 2
+        root, gpu_bdf = f"{domain:04x}:00:00.0", f"{domain:04x}:01:00.0"
+        hardware.devices += [
+            PciDevice(root, "root_port", NVIDIA, GRACE_ROOT_PORT_ID, 0x060400, numa, None, LinkConfig(4, 16, 4, 16),
+                      True, "pcieport", secondary_bus=1),
+            PciDevice(gpu_bdf, "gpu", NVIDIA, int(model.pci_device_id, 16), 0x030200, numa, root, c2c, False,
+                      "nvidia"),
+        ]
+        uuid, own_serial = _gpu_identity(seed, host, index)
+        serial = own_serial if index % 2 == 0 else serial  # a superchip's two GPUs share one serial number
+        hardware.gpus.append(Gpu(index, gpu_bdf, uuid, serial, numa, module))
+    for position, (name, gpu) in enumerate(sorted(profile.rails.items(), key=lambda item: item[1])):
+        domain, numa = TRAY_NIC_DOMAINS[position], min(1, gpu // 2)
+        root, hca_bdf = f"{domain:04x}:00:00.0", f"{domain:04x}:01:00.0"
+        hardware.devices += [
+            PciDevice(root, "root_port", NVIDIA, GRACE_ROOT_PORT_ID, 0x060400, numa, None, LinkConfig(5, 16, 5, 16),
+                      True, "pcieport", secondary_bus=1),
+            PciDevice(hca_bdf, "hca", MELLANOX, HCA_DEVICE_ID, 0x020700, numa, root,
+                      LinkConfig(profile.pcie.hca.gen, profile.pcie.hca.width, profile.pcie.hca.gen,
+                                 profile.pcie.hca.width), False, "mlx5_core"),
+        ]
+        hardware.hcas.append(_hca(seed, host, name, hca_bdf, gpu, numa))
+    hardware.hcas.sort(key=lambda hca: int(hca.name.split("_")[1]))
+    return hardware
+
+
 def describe(host: str, profile: HardwareProfile, seed: int) -> NodeHardware:
+    if profile.platform == "nvl72":
+        return describe_tray(host, profile, seed)
     model = GPU_MODELS[profile.gpu.model]
     count = profile.gpu.count
     hardware = NodeHardware(host, model.name)
@@ -174,10 +251,7 @@ def describe(host: str, profile: HardwareProfile, seed: int) -> NodeHardware:
         gpu_link = LinkConfig(gpu_gen, profile.pcie.gpu.width, gpu_gen, profile.pcie.gpu.width)
         hardware.devices.append(PciDevice(gpu_bdf, "gpu", NVIDIA, int(model.pci_device_id, 16), 0x030200, numa,
                                           gpu_port, gpu_link, False, "nvidia"))
-        digest = _digest(seed, host, "gpu", index)
-        uuid = digest[:16].hex()
-        hardware.gpus.append(Gpu(index, gpu_bdf, f"GPU-{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}",
-                                 str(1650000000000 + int.from_bytes(digest[16:20], "big") % 10**9), numa))
+        hardware.gpus.append(Gpu(index, gpu_bdf, *_gpu_identity(seed, host, index), numa))
         if index in hca_of_gpu:
             hardware.devices.append(PciDevice(hca_port, "switch_down", BROADCOM, 0xC030, 0x060400, numa, upstream,
                                               LinkConfig(5, profile.pcie.hca.width, 5, profile.pcie.hca.width), True,
@@ -186,10 +260,7 @@ def describe(host: str, profile: HardwareProfile, seed: int) -> NodeHardware:
             hca_link = LinkConfig(hca_gen, profile.pcie.hca.width, hca_gen, profile.pcie.hca.width)
             hardware.devices.append(PciDevice(hca_bdf, "hca", MELLANOX, HCA_DEVICE_ID, 0x020700, numa, hca_port,
                                               hca_link, False, "mlx5_core"))
-            digest = _digest(seed, host, "hca", hca_of_gpu[index])
-            guid = "0x" + hca_guid(seed, host, hca_of_gpu[index])
-            hardware.hcas.append(Hca(hca_of_gpu[index], hca_bdf, index, guid,
-                                     "MT23" + digest[8:12].hex().upper()[:8], numa))
+            hardware.hcas.append(_hca(seed, host, hca_of_gpu[index], hca_bdf, index, numa))
     hardware.hcas.sort(key=lambda hca: int(hca.name.split("_")[1]))
     if profile.nvlink.nvswitch:
         hardware.nvswitches = 4 if model.nvlink_links >= 18 else 6

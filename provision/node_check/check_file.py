@@ -27,6 +27,7 @@ def check_file(loaded: LoadedSpec, node_name: str) -> dict[str, Any]:
     fields["rails"] = [list(pair) for pair in expect.rails]
     fields["uuid_blocklist"] = sorted(expect.uuid_blocklist)
     fields["allowlist"] = [pattern.pattern for pattern in expect.allowlist]
+    fields["imex_peers"] = list(expect.imex_peers)
     return {"format": FORMAT, "node": node_name, "cluster": loaded.spec.cluster.name, "spec_sha256": loaded.sha256,
             "expectations": fields}
 

@@ -60,6 +60,7 @@ def read_check_file(path: Path) -> tuple[str, preflight.Expectations]:
         fields["rails"] = tuple((str(hca), int(gpu)) for hca, gpu in fields.get("rails", []))
         fields["uuid_blocklist"] = frozenset(fields["uuid_blocklist"])
         fields["allowlist"] = tuple(re.compile(pattern) for pattern in fields["allowlist"])
+        fields["imex_peers"] = tuple(fields.get("imex_peers", ()))
         return str(content["node"]), preflight.Expectations(**fields)
     except (KeyError, TypeError, re.error) as error:
         raise CheckFileError(f"{path}: damaged: {error}") from None

@@ -21,7 +21,7 @@ from typing import Any
 
 from provision.errors import Refusal
 from provision.hostmodel.devices import describe
-from provision.sim import kernel_log, mirror
+from provision.sim import kernel_log, mirror, nvl72
 from provision.sim.fabric import CABLE_FAULTS, write_dump, write_link_quality
 from provision.sim.files import clone_tree
 from provision.sim.host import ensure_host, is_host_built, read_recipe, write_recipe
@@ -103,6 +103,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     bin_template = _write_bin_template(base / "templates" / "bin")
     hosts: dict[str, list[str]] = {"added": [], "rebuilt": [], "kept": [], "removed": []}
     lid = 0x10
+    places = nvl72.tray_places(loaded, seed)
     for node in loaded.nodes:
         hardware = describe(node.name, loaded.spec.hardware[node.hardware], seed)
         link_rate = loaded.spec.fabric.link_rate
@@ -123,6 +124,8 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
             "faults": [fault for fault in by_node.get(node.name, [])
                        if fault["injected"] and fault["layer"] in ("node", "rank")],
         }
+        if node.name in places:  # a compute tray: its place in the rack, as the rack would tell it
+            recipe["nvlink_domain"] = places[node.name]
         lid += len(hardware.hcas)
         host_dir = node_paths(state_dir, node.name).root.parent
         previous = read_recipe(host_dir)
@@ -192,8 +195,8 @@ def down(state_dir: Path) -> bool:
 def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
     """What each simulated repository publishes (:mod:`provision.sim.mirror`): Ubuntu's archive (the kernel's
     headers and image, python3-venv) and NVIDIA's CUDA repository (each driver branch the spec or a fault names,
-    the fabric manager, the toolkit, DCGM 4, NVLSM where pinned). The InfiniBand stack's repositories serve the
-    release their URL names."""
+    the fabric manager, the toolkit, DCGM 4, NVLSM where pinned, IMEX where the spec has compute trays). The
+    InfiniBand stack's repositories serve the release their URL names."""
     pins = loaded.spec.software
     drivers = {pins.gpu_driver}
     drivers |= {fault["params"]["version"] for fault in faults if fault["kind"] == "wrong_driver"}
@@ -209,6 +212,9 @@ def _repository(loaded: LoadedSpec, faults: list[dict[str, Any]]) -> dict[str, d
     cuda[f"cuda-toolkit-{major}-{minor.split('.')[0] or '0'}"] = [f"{pins.cuda}.0-1"]
     if pins.nvlsm:  # the NVLink subnet manager HGX B200/B300 fabric managers start
         cuda["nvlsm"] = [f"{pins.nvlsm}-1"]
+    if any(profile.platform == "nvl72" for profile in loaded.spec.hardware.values()):
+        for version in sorted(drivers):  # IMEX, which joins a domain's trays, ships with each driver branch
+            cuda.setdefault(f"nvidia-imex-{version.split('.')[0]}", []).append(f"{version}-1")
     kernel = pins.kernel or DEFAULT_KERNEL
     ubuntu = {f"linux-headers-{kernel}": [kernel.rsplit("-", 1)[0] + ".122"],
               f"linux-image-{kernel}": [kernel.rsplit("-", 1)[0] + ".122"],

@@ -41,6 +41,8 @@ def hardware_from_dict(data: dict[str, Any]) -> NodeHardware:
         hcas=[Hca(**hca) for hca in data["hcas"]],
         devices=[PciDevice(**{**device, "link": LinkConfig(**device["link"])}) for device in data["devices"]],
         nvswitches=data["nvswitches"],
+        machine=data.get("machine", "x86_64"),
+        platform=data.get("platform", "hgx"),
     )
 
 
@@ -82,6 +84,8 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
     state["packages_available"] = recipe["repository"]
     state["collective_semantics"] = recipe.get("collective_semantics", "gloo")
     state["time_scale"] = recipe.get("time_scale", 1.0)
+    if "nvlink_domain" in recipe:
+        state["nvlink_domain"] = recipe["nvlink_domain"]
     # a stock image's first boot: apt-daily refreshes the lists (apt's lists lock), then unattended-upgrades
     # installs the archive's updates and holds dpkg's lock
     state["dpkg_lock_until"] = time.time() + FIRST_BOOT_UPGRADES_S

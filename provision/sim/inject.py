@@ -283,6 +283,28 @@ def degraded_hca_port(node: NodeContext, params: dict[str, Any], target: str | N
                                                      "hca": hca.name, **params})
 
 
+def fabric_insufficient_resources(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """NMX placed the GPU in no partition: nvidia-smi prints CliqueId 0 and the zero ClusterUUID for it."""
+    node.gpu(target)["fabric"].update(state="Completed", status="Insufficient Resources")
+
+
+def fabric_unhealthy(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.gpu(target)["fabric"]["summary"] = "Unhealthy"
+
+
+def foreign_partition(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """Every GPU of the tray in another rack's partition: that partition's ClusterUUID and CliqueId."""
+    from provision.sim.nvl72 import partition_of
+
+    cluster_uuid, clique_id = partition_of(0, "another rack than " + node.state["nvlink_domain"]["domain"])
+    for gpu in node.state["gpus"]:
+        gpu["fabric"].update(cluster_uuid=cluster_uuid, clique_id=clique_id)
+
+
+def imex_down(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    node.state.setdefault("units_crash_after_start", []).append("nvidia-imex")
+
+
 INJECTORS: dict[str, Injector] = {
     **{kind: rank_fault(kind) for kind in ("slow_gpu", "rank_hang", "rank_slow", "rank_wrong_result",
                                                  "collective_corruption", "step_slowdown",
@@ -300,4 +322,6 @@ INJECTORS: dict[str, Injector] = {
     "gpu_memory_mismatch": gpu_memory_mismatch, "gpu_power_low": gpu_power_low, "pcie_replays": pcie_replays,
     "thermal_throttle_after": thermal_throttle_after, "symbol_errors_growing": symbol_errors_growing,
     "clock_sag": clock_sag,
+    "fabric_insufficient_resources": fabric_insufficient_resources, "fabric_unhealthy": fabric_unhealthy,
+    "foreign_partition": foreign_partition, "imex_down": imex_down,
 }

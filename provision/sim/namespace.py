@@ -44,7 +44,7 @@ from provision.sim.host import ensure_host
 #: The host's own entries in its /proc, nested as they are there; everything else is this machine's.
 HOST_PROC: dict[str, dict[str, Any] | None] = {
     "modules": None, "swaps": None, "cmdline": None, "driver": None,
-    "sys": {"kernel": {"osrelease": None, "numa_balancing": None, "random": {"boot_id": None}}},
+    "sys": {"kernel": {"osrelease": None, "arch": None, "numa_balancing": None, "random": {"boot_id": None}}},
 }
 
 

@@ -38,12 +38,19 @@ IB_RATES = {"EDR": "100 Gb/sec (4X EDR)", "HDR": "200 Gb/sec (4X HDR)", "NDR": "
 #: What the HCAs' drivers load at boot, and the stack they come from before any OFED is installed.
 HCA_MODULES = ("mlx5_core", "ib_core", "mlx5_ib", "ib_uverbs")
 INBOX = "inbox"
+#: A GB200 tray GPU's VBIOS, as the real tray prints it (../shared/fixtures/blackwell/nvidia_smi_q).
+TRAY_VBIOS = "97.00.B9.00.23"
+#: A tray GPU's Fabric block when its NVLink partition is set up (field guide 8.2): ``state``/``status`` as
+#: printed, Health's ``summary`` and ``bandwidth``, and the Health flags that are ``True`` (none here).
+FABRIC_HEALTHY: dict[str, Any] = {"state": "Completed", "status": "Success", "summary": "Healthy",
+                                  "bandwidth": "Full", "flags": []}
 
 
 def sysfs_path(hardware: NodeHardware, bdf: str) -> str:
-    """``devices/pci0000:15/0000:15:01.0/0000:16:00.0/…/<bdf>``: the real nesting under ``/sys``."""
+    """``devices/pci0000:15/0000:15:01.0/0000:16:00.0/…/<bdf>``: the real nesting under ``/sys``, the root bus
+    named with its domain (``pci0008:00`` on a GB200 tray)."""
     chain = [*reversed(hardware.ancestors(bdf)), bdf]
-    return "devices/pci0000:" + chain[0][5:7] + "/" + "/".join(chain)
+    return "devices/pci" + chain[0][:7] + "/" + "/".join(chain)
 
 
 def write(path: Path, content: str | bytes) -> None:
@@ -103,6 +110,7 @@ def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int, kerne
     write(root / "etc/fstab", "/dev/nvme0n1p2 / ext4 defaults 0 1\n/swap.img none swap sw 0 0\n")
     write(root / "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
     write(root / "proc/sys/kernel/osrelease", kernel + "\n")
+    write(root / "proc/sys/kernel/arch", hardware.machine + "\n")  # the kernel's word for uname -m
     write(root / "proc/sys/kernel/numa_balancing", "1\n")
     write(root / "proc/swaps", "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
                               "/swap.img                               file\t\t8388604\t\t0\t\t-2\n")
@@ -130,9 +138,13 @@ def initial_state(hardware: NodeHardware, kernel: str) -> dict[str, Any]:
                   "ecc_uncorrected_volatile": 0, "ecc_corrected_volatile": 0, "retired_sbe": 0, "retired_dbe": 0,
                   "retired_pending": False, "remap_pending": False, "remap_failure": False, "remapped_correctable": 0,
                   "remapped_uncorrectable": 0, "throttle_reasons": [], "compute_scale": 1.0,
-                  "vbios": "96.00.89.00.01", "nvlink_inactive": []} for gpu in hardware.gpus],
+                  "vbios": "96.00.89.00.01" if hardware.platform == "hgx" else TRAY_VBIOS, "nvlink_inactive": [],
+                  **({"fabric": {**FABRIC_HEALTHY, "flags": []}} if hardware.platform == "nvl72" else {})}
+                 for gpu in hardware.gpus],
         "gpu_model": hardware.gpu_model,
         "nvswitches": hardware.nvswitches,
+        "machine": hardware.machine,
+        "platform": hardware.platform,
         "driver_loaded": None,
         "peermem_registers": True,
         "packages_available": {},

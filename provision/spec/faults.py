@@ -33,6 +33,8 @@ class FaultKind:
     check: str
     statement: str
     params: dict[str, Param] = field(default_factory=dict)
+    #: The platforms whose hosts can have it: a GPU's NVLink partition or IMEX exists on a compute tray only.
+    platforms: tuple[str, ...] = ("hgx", "nvl72")
 
 
 _GPU, _HCA = "gpu", "hca"
@@ -173,6 +175,23 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               "the HCA port's symbol errors grow by per_hour (a marginal cable or transceiver): a few in any "
               "short test; the soak's counter trend fails the node",
               {"per_hour": Param(float, 500.0, 1.0, 1e9)}),
+    # A GB200/GB300 compute tray's own faults (field guide 8.2-8.3): caught by preflight's NVLink-domain checks.
+    FaultKind("fabric_insufficient_resources", "node", _GPU, "preflight", "gpu_fabric",
+              "the switch trays' NMX could not place the GPU in an NVLink partition: its Fabric block reads State "
+              "Completed, Status Insufficient Resources, CliqueId 0 and the zero ClusterUUID (azhpc-images #506); "
+              "preflight's GPU fabric check fails the tray", platforms=("nvl72",)),
+    FaultKind("fabric_unhealthy", "node", _GPU, "preflight", "gpu_fabric",
+              "the GPU joined its partition (Completed, Success) but its fabric Health Summary reads Unhealthy "
+              "(k8s-dra-driver-gpu #626): preflight's GPU fabric check fails the tray, not only on State and Status",
+              platforms=("nvl72",)),
+    FaultKind("foreign_partition", "node", "node", "preflight", "nvlink_domain",
+              "the tray is cabled into another rack's NVLink partition: every GPU shows that partition's ClusterUUID "
+              "and CliqueId, unlike the rest of its domain; the domain check names it as another rack's",
+              platforms=("nvl72",)),
+    FaultKind("imex_down", "node", "node", "preflight", "imex",
+              "the tray's IMEX daemon exits once started (systemctl says nothing, the unit ends failed): its own "
+              "status is not READY and every peer's domain view lists it unavailable; preflight's IMEX check fails "
+              "this tray and names it on the others", platforms=("nvl72",)),
 )}
 
 

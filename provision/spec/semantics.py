@@ -19,7 +19,7 @@ from provision.spec.acceptance import required_node_hours, required_soak_hours
 from provision.spec.faults import CATALOG, FaultKind, resolve_params, target_problem
 from provision.spec.issues import did_you_mean
 from provision.spec.keys import key_form
-from provision.spec.model import ClusterSpec, HardwareProfile, NodeOverride, NodeRuntime
+from provision.spec.model import ClusterSpec, HardwareProfile, NodeOverride, NodeRuntime, NvlinkDomain
 from provision.spec.source import Path_
 from topology import hostlist
 from topology.design import DesignError, FabricDimensions, FabricParameters, dimension
@@ -565,10 +565,18 @@ def _check_faults(spec: ClusterSpec, nodes: dict[str, ResolvedNode], problems: l
             problems.append(Problem((*path, "target") if fault.target else path, f"{node.name}: {problem}"))
 
 
+def domain_trays(domain: NvlinkDomain) -> list[str]:
+    """A domain's compute trays in tray order (Platform Info's Tray Index 1, 2, ...): its ``hosts`` expanded."""
+    return hostlist.expand(domain.hosts)
+
+
 def _node_target_problem(spec: ClusterSpec, node: ResolvedNode, profile: HardwareProfile, kind: FaultKind,
                          target: str | None) -> str | None:
     """Why a node fault's target cannot act on that node's hardware: a GPU, rail or bridge it does not have, or a
     rail whose rank the burn-in never starts."""
+    if profile.platform not in kind.platforms:
+        return (f"{kind.name} happens on a {' or '.join(kind.platforms)} host, and {node.name}'s hardware profile "
+                f"is platform: {profile.platform}")
     problem = target_problem(kind, target, profile.gpu.count, list(profile.rails))
     if problem is None and kind.target == "bridge" and target is not None:
         bridges = [device.bdf for device in describe(node.name, profile, 0).devices if device.has_acs]

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from provision.sim.tools import __main__ as entry
-from provision.sim.tools import apt, common, dcgm, ib, nvidia_smi, pci, perftest, portstate, system
+from provision.sim.tools import apt, common, dcgm, ib, imex, nvidia_smi, pci, perftest, portstate, system
 from tests.conftest import run_cli
 from tests.simhelpers import SimHost, write_spec
 
 MODULES = {module.__name__.rsplit(".", 1)[1]: module
-           for module in (apt, dcgm, ib, nvidia_smi, pci, perftest, portstate, system)}
+           for module in (apt, dcgm, ib, imex, nvidia_smi, pci, perftest, portstate, system)}
 
 
 def test_every_stand_in_leads_to_a_function_and_every_module_is_named() -> None:

@@ -24,6 +24,7 @@ TOOLS: dict[str, str] = {
     "dmesg": "system:dmesg",
     "systemctl": "system:systemctl",
     "df": "system:df",
+    "uname": "system:uname",
     "reboot": "system:reboot",
     "update-grub": "system:update_grub",
     "swapoff": "system:swapoff",
@@ -34,6 +35,7 @@ TOOLS: dict[str, str] = {
     "ib_write_bw": "perftest:ib_write_bw",
     "ibportstate": "portstate:ibportstate",
     "dcgmi": "dcgm:dcgmi",
+    "nvidia-imex-ctl": "imex:imex_ctl",
 }
 
 #: Commands a playbook might call on a real host that must never reach this

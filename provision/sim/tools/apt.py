@@ -28,7 +28,24 @@ LISTS = "var/lib/apt/lists"
 SOURCES_LIST = "etc/apt/sources.list"
 SOURCES_DIR = "etc/apt/sources.list.d"
 #: Package families whose branches conflict with each other (nvidia-driver-535 vs -550).
-FAMILIES = ("nvidia-driver-", "nvidia-utils-", "nvidia-fabricmanager-", "nvidia-dkms-", "libnvidia-nscq-")
+FAMILIES = ("nvidia-driver-", "nvidia-utils-", "nvidia-fabricmanager-", "nvidia-dkms-", "libnvidia-nscq-",
+            "nvidia-imex-")
+
+
+IMEX_CONFIG = "etc/nvidia-imex/config.cfg"
+IMEX_NODES_CONFIG = "/etc/nvidia-imex/nodes_config.cfg"
+#: What the nvidia-imex package installs as ``config.cfg``: NVIDIA's defaults as the DRA driver's template carries them
+#: (../shared/fixtures/blackwell/imex/k8sdra_imex_config_cfg_template.cfg), its placeholders filled with the
+#: package's own paths.
+IMEX_DEFAULT_CONFIG = {
+    "LOG_LEVEL": "4", "LOG_FILE_NAME": "/var/log/nvidia-imex.log", "SERVER_PORT": "50000",
+    "IMEX_NODE_CONFIG_FILE": IMEX_NODES_CONFIG, "IMEX_WAIT_FOR_QUORUM": "RECOVERY", "IMEX_CMD_ENABLED": "1",
+    "IMEX_CMD_BIND_INTERFACE_IP": "", "IMEX_CMD_PORT": "50005", "IMEX_NODE_DISCONNECTED_GRACE_TIME": "-1",
+}
+
+
+def imex_default_config() -> str:
+    return "".join(f"{key}={value}\n" for key, value in IMEX_DEFAULT_CONFIG.items())
 
 
 def read_status(root: Path) -> dict[str, dict[str, str]]:
@@ -213,7 +230,7 @@ def apt_get(root: Path, args: list[str]) -> int:
         held = bool(current and current["Status"].startswith("hold"))
         packages[name] = package_entry(name, version, held=held)
         print(f"Setting up {name} ({version}) ...")
-        _effects(state, name, version)
+        _effects(root, state, name, version)
         changed = True
     write_status(root, packages)
     if changed:
@@ -341,7 +358,7 @@ def write_stock_sources(root: Path, offered: dict[str, dict[str, list[str]]]) ->
     replace_file(root / LISTS / mirror.list_name(url, suite), mirror.packages_text(offered.get(mirror.UBUNTU, {})))
 
 
-def _effects(state: dict[str, Any], name: str, version: str) -> None:
+def _effects(root: Path, state: dict[str, Any], name: str, version: str) -> None:
     """What a package's maintainer scripts would leave behind."""
     upstream = version.split("-")[0]
     if name.startswith("nvidia-driver-"):
@@ -357,6 +374,10 @@ def _effects(state: dict[str, Any], name: str, version: str) -> None:
         state.setdefault("services", {}).setdefault("nvidia-persistenced", {"enabled": False, "active": False})
     elif name == "datacenter-gpu-manager-4-core":  # nv-hostengine's unit, installed stopped
         state.setdefault("services", {}).setdefault("nvidia-dcgm", {"enabled": False, "active": False})
+    elif name.startswith("nvidia-imex-"):  # the daemon's unit, stopped, and its default config.cfg
+        state.setdefault("services", {}).setdefault("nvidia-imex", {"enabled": False, "active": False})
+        if not (root / IMEX_CONFIG).exists():
+            replace_file(root / IMEX_CONFIG, imex_default_config())
 
 
 def _version_key(version: str) -> list[int]:

@@ -24,7 +24,12 @@ from provision.sim.tools.apt import installed_version
 from provision.sim.tools.common import ToolError, not_simulated, service_active
 
 PRODUCT_NAMES = {"H100-SXM-80GB": "NVIDIA H100 80GB HBM3", "H200-SXM-141GB": "NVIDIA H200",
-                 "A100-SXM4-80GB": "NVIDIA A100-SXM4-80GB", "B200-SXM-180GB": "NVIDIA B200"}
+                 "A100-SXM4-80GB": "NVIDIA A100-SXM4-80GB", "B200-SXM-180GB": "NVIDIA B200",
+                 "B300-SXM-288GB": "NVIDIA B300", "GB200-186GB": "NVIDIA GB200", "GB300-288GB": "NVIDIA GB300"}
+#: The Fabric block's Health flags in the order driver 595 prints them (the real GB200 tray), and the two it
+#: prints ``N/A`` for there.
+FABRIC_FLAGS = ("Route Recovery in progress", "Route Unhealthy", "Access Timeout Recovery")
+FABRIC_NOT_AVAILABLE = ("Incorrect Configuration", "Partition Assigned")
 THROTTLE_REASONS = (  # (-q label, query field suffix, state name)
     ("Idle", "gpu_idle", "gpu_idle"),
     ("Applications Clocks Setting", "applications_clocks_setting", "applications_clocks"),
@@ -166,8 +171,12 @@ class Smi:
                     "Enabled" if service_active(self.state, "nvidia-persistenced") else "Disabled"),
                 _kv(1, "Serial Number", gpu["serial"]), _kv(1, "GPU UUID", gpu["uuid"]),
                 _kv(1, "Minor Number", str(gpu["index"])), _kv(1, "VBIOS Version", gpu["vbios"]),
+            ]
+            lines += self._platform_info(gpu)
+            lines += [
                 "    PCI", _kv(2, "Bus", "0x" + gpu["bdf"][5:7]), _kv(2, "Device", "0x00"),
-                _kv(2, "Domain", "0x0000"), _kv(2, "Device Id", f"0x{self.model.pci_device_id.upper()}10DE"),
+                _kv(2, "Domain", "0x" + gpu["bdf"][:4]),
+                _kv(2, "Device Id", f"0x{self.model.pci_device_id.upper()}10DE"),
                 _kv(2, "Bus Id", self.bus_id(gpu)), "        GPU Link Info", "            PCIe Generation",
                 _kv(4, "Max", str(max_gen)), _kv(4, "Current", str(gen)), "            Link Width",
                 _kv(4, "Max", f"{max_width}x"), _kv(4, "Current", f"{width}x"),
@@ -200,7 +209,36 @@ class Smi:
                       _kv(2, "GPU Shutdown Temp", "92 C"), _kv(2, "GPU Slowdown Temp", "89 C"),
                       _kv(2, "GPU Max Operating Temp", "87 C")]
         if everything:
+            lines += self._fabric(gpu)
             lines.append(_kv(1, "Processes", "None"))
+        return lines
+
+    def _platform_info(self, gpu: dict[str, Any]) -> list[str]:
+        """A tray GPU's Platform Info (where the rack says it sits) and its C2C mode, in the real tray's order; an
+        HGX board's output here prints neither."""
+        place = self.state.get("nvlink_domain")
+        if self.state.get("platform") != "nvl72" or place is None:
+            return []
+        return ["    Platform Info", _kv(2, "Chassis Serial Number", place["chassis_serial"]),
+                _kv(2, "Slot Number", str(place["slot"])), _kv(2, "Tray Index", str(place["tray_index"])),
+                _kv(2, "Host ID", str(place["host_id"])), _kv(2, "Peer Type", "Switch Connected"),
+                _kv(2, "Module Id", str(gpu["module_id"])), _kv(2, "GPU Fabric GUID", _fabric_guid(gpu)),
+                _kv(1, "GPU C2C Mode", "Enabled")]
+
+    def _fabric(self, gpu: dict[str, Any]) -> list[str]:
+        """A tray GPU's Fabric block (field guide 8.2). A partition not set up (``In Progress``, ``Insufficient
+        Resources``) has CliqueId 0 and the all-zero ClusterUUID, as a GPU outside any partition prints them."""
+        fabric, place = gpu.get("fabric"), self.state.get("nvlink_domain")
+        if fabric is None or place is None:
+            return []
+        joined = fabric["state"] == "Completed" and fabric["status"] == "Success"
+        cluster_uuid = fabric.get("cluster_uuid", place["cluster_uuid"]) if joined else ZERO_UUID
+        clique_id = str(fabric.get("clique_id", place["clique_id"])) if joined else "0"
+        lines = ["    Fabric", _kv(2, "State", fabric["state"]), _kv(2, "Status", fabric["status"]),
+                 _kv(2, "CliqueId", clique_id), _kv(2, "ClusterUUID", cluster_uuid),
+                 "        Health", _kv(3, "Summary", fabric["summary"]), _kv(3, "Bandwidth", fabric["bandwidth"])]
+        lines += [_kv(3, flag, str(flag in fabric["flags"])) for flag in FABRIC_FLAGS]
+        lines += [_kv(3, flag, "N/A") for flag in FABRIC_NOT_AVAILABLE]
         return lines
 
     # -- --query-gpu ------------------------------------------------------------------
@@ -354,6 +392,7 @@ class Smi:
             return "PIX" if common == len(chain_a) - 1 == len(chain_b) - 1 else "PXB"
 
         link = f"NV{self.model.nvlink_links}"
+        tray = self.state.get("platform") == "nvl72"
         columns = [name for name, _bdf in everything]
         out = ["\t" + "\t".join(columns) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"]
         for row, bdf in everything:
@@ -363,11 +402,14 @@ class Smi:
                     cells.append(" X ")
                 elif row.startswith("GPU") and column.startswith("GPU"):
                     cells.append(link)
+                elif tray and (row.startswith("GPU") or column.startswith("GPU")):
+                    cells.append("SYS")  # a tray GPU reaches PCIe only through Grace, over NVLink-C2C
                 else:
                     cells.append(relation(bdf, other))
             if row.startswith("GPU"):
                 numa = place(bdf)[2]
-                cpus = "0-51,104-155" if numa == "0" else "52-103,156-207"
+                cpus = ("0-71" if numa == "0" else "72-143") if tray else (
+                    "0-51,104-155" if numa == "0" else "52-103,156-207")
                 out.append(f"{row}\t" + "\t".join(cells) + f"\t{cpus}\t{numa}\t\tN/A")
             else:
                 out.append(f"{row}\t" + "\t".join(cells))
@@ -382,6 +424,14 @@ class Smi:
                 "  NV#  = Connection traversing a bonded set of # NVLinks", "", "NIC Legend:", ""]
         out += [f"  NIC{number}: {name}" for number, (name, _bdf) in enumerate(hcas)]
         print("\n".join(out))
+
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def _fabric_guid(gpu: dict[str, Any]) -> str:
+    """The GPU's fabric GUID, which the real tray prints equal to its PDI: derived from its UUID here."""
+    return "0x" + str(gpu["uuid"]).removeprefix("GPU-").replace("-", "")[:16]
 
 
 def _kv(depth: int, key: str, value: str) -> str:

@@ -144,7 +144,10 @@ def lspci(root: Path, args: list[str]) -> int:
             not_simulated("lspci", arg)
         index += 1
     blocks = []
-    for bdf, directory in devices(root):
+    found = list(devices(root))
+    # lspci names domains only where some device is outside domain 0000 (a GB200 tray), unless -D asks always
+    domains = domains or any(not bdf.startswith("0000:") for bdf, _directory in found)
+    for bdf, directory in found:
         if slot is None or bdf == slot:
             blocks.append("\n".join(describe(bdf, directory, verbosity, domains=domains)))
     separator = "\n\n" if verbosity else "\n"

@@ -108,6 +108,25 @@ def _register_peers(root: Path, state: dict[str, Any]) -> None:
         shutil.rmtree(registry)
 
 
+#: Where the nvidia module creates IMEX channel 0 when loaded with ``NVreg_CreateImexChannel0=1`` (field guide 8.3):
+#: a device node, gone at every boot (``/dev`` is a tmpfs) until the module is loaded with the option again.
+IMEX_CHANNELS = "dev/nvidia-caps-imex-channels"
+
+
+def module_options(root: Path, module: str) -> dict[str, str]:
+    """The ``options <module> KEY=VALUE ...`` lines of ``/etc/modprobe.d/*.conf``, as modprobe applies them."""
+    options: dict[str, str] = {}
+    for path in sorted((root / "etc" / "modprobe.d").glob("*.conf")):
+        for line in path.read_text().splitlines():
+            words = line.split("#", 1)[0].split()
+            if len(words) >= 2 and words[0] == "options" and words[1] == module:
+                for word in words[2:]:
+                    key, equals, value = word.partition("=")
+                    if equals:
+                        options[key] = value
+    return options
+
+
 def _load(root: Path, state: dict[str, Any], name: str, log: list[str]) -> None:
     if name in state["modules"]:
         return
@@ -117,6 +136,8 @@ def _load(root: Path, state: dict[str, Any], name: str, log: list[str]) -> None:
             raise ToolError(f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{state['kernel']}", 1)
         state["driver_loaded"] = installed
         log += kernel_log.driver_load_lines(installed)
+        if module_options(root, "nvidia").get("NVreg_CreateImexChannel0") == "1":
+            replace_file(root / IMEX_CHANNELS / "channel0", "")
     if name == "nvidia_peermem" and (state.get("driver_installed") is None or state.get("peermem_missing")):
         raise ToolError("modprobe: FATAL: Module nvidia-peermem not found in directory "
                         f"/lib/modules/{state['kernel']}", 1)
@@ -354,6 +375,27 @@ def df(root: Path, args: list[str]) -> int:
     return 0
 
 
+#: ``uname``'s fields by option letter, in the order ``-a`` prints them.
+UNAME_ORDER = "snrvmpio"
+
+
+def uname(root: Path, args: list[str]) -> int:
+    """``uname [-snrvmpio | -a]``: the host's kernel name, node name, release and machine (``aarch64`` on a
+    Grace tray: what the burn-in's runtime and wheels are chosen by). ``-p`` and ``-i`` print the machine, as
+    Ubuntu's coreutils do on both architectures; no option is ``-s``."""
+    letters = "".join(arg[1:] for arg in args if arg.startswith("-") and not arg.startswith("--"))
+    if any(not arg.startswith("-") or arg.startswith("--") for arg in args) or set(letters) - set(UNAME_ORDER + "a"):
+        not_simulated("uname", " ".join(args))
+    state = load_state(root)
+    machine = state.get("machine", "x86_64")
+    values = {"s": "Linux", "n": state["host"], "r": state["kernel"],
+              "v": "#122-Ubuntu SMP PREEMPT_DYNAMIC", "m": machine, "p": machine, "i": machine,
+              "o": "GNU/Linux"}
+    wanted = set(UNAME_ORDER) if "a" in letters else set(letters or "s")
+    print(" ".join(values[letter] for letter in UNAME_ORDER if letter in wanted))
+    return 0
+
+
 SWAPS_HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
 
 
@@ -398,8 +440,11 @@ def power_on(root: Path) -> int:
     state["driver_loaded"] = None
     state["modules"] = []
     state["ib_stack_loaded"] = None
-    for service in state.get("services", {}).values():
+    shutil.rmtree(root / IMEX_CHANNELS, ignore_errors=True)  # /dev is made anew at every boot
+    for unit, service in state.get("services", {}).items():
         service["active"] = bool(service.get("enabled"))
+        if service["active"] and unit in state.get("units_crash_after_start", []):
+            service.update(active=False, crashed=True)  # started at boot, and exited as at every start
     _restore_firmware_acs(root, state)
     replace_file(root / "proc" / "swaps", _swap_from_fstab(root))
     command_line = _booted_command_line(root)
