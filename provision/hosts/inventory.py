@@ -22,7 +22,7 @@ from provision.hosts.connection import connection_model
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
 from provision.spec.keys import key_form
-from provision.spec.semantics import ResolvedNode
+from provision.spec.semantics import ResolvedNode, domain_trays
 
 
 def driver_packages(loaded: LoadedSpec, nvswitch: bool) -> dict[str, str]:
@@ -57,6 +57,17 @@ def dcgm_packages(loaded: LoadedSpec) -> dict[str, str]:
     return {"datacenter-gpu-manager": version}
 
 
+def imex_peers(loaded: LoadedSpec, node: ResolvedNode) -> list[str]:
+    """The addresses of the trays of the node's NVLink domain, in the spec's order (IMEX's ``nodes_config.cfg``,
+    the same on every tray); none for a node in no domain."""
+    addresses = {other.name: other.address for other in loaded.nodes}
+    for domain in loaded.spec.nvlink_domains or []:
+        trays = domain_trays(domain)
+        if node.name in trays:
+            return [addresses[tray] for tray in trays if tray in addresses]
+    return []
+
+
 def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[str, Any]:
     spec = loaded.spec
     profile = spec.hardware[node.hardware]
@@ -73,6 +84,10 @@ def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[s
         "gpu_driver_reboot_timeout": spec.host.reboot_timeout_s,
         "provision_scalable_unit": node.scalable_unit,
     }
+    peers = imex_peers(loaded, node)
+    if peers:  # a compute tray: IMEX at the driver's version, its domain's trays as its peers
+        branch = spec.software.gpu_driver.split(".")[0]
+        variables.update(imex_packages={f"nvidia-imex-{branch}": spec.software.gpu_driver}, imex_peers=peers)
     if spec.connection.transport == "local":
         # the reboot module refuses a local connection (it would reboot the controller): reboot by command
         variables.update(ansible_connection="local", ansible_python_interpreter=sys.executable,

@@ -121,5 +121,5 @@ def test_domains_without_a_tray_profile_are_refused(tmp_path: Path) -> None:
 def test_trays_are_not_provisioned_or_burned_in_yet_and_the_refusal_says_why(command: str) -> None:
     result = run_cli(command, str(EXAMPLE))
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "gb[001-036]: NVL72 compute trays cannot be provisioned or burned in yet" in result.stderr
+    assert "gb[001-036]: NVL72 compute trays cannot be burned in yet" in result.stderr
     assert not (EXAMPLES / ".provision" / "gb200-2rack").exists(), "refused before anything was written"
