@@ -14,8 +14,7 @@ from provision.facts.nvidia_smi import GPU_FABRIC, GpuFabric
 from provision.hosts import runtime
 from provision.hosts.remote import open_session
 from provision.spec import LoadedSpec
-from provision.spec.semantics import ResolvedNode
-from topology import hostlist
+from provision.spec.semantics import ResolvedNode, domain_trays
 
 #: Per command; a hung nvidia-smi is a finding (unknown), not a hung burn-in.
 COMMAND_TIMEOUT_S = 60.0
@@ -56,7 +55,7 @@ def domain_results(loaded: LoadedSpec, fabrics: dict[str, list[GpuFabric] | None
     ``gpu_fabric`` says why), never in."""
     results: dict[str, CheckResult] = {}
     for domain in loaded.spec.nvlink_domains or []:
-        trays = [host for host in hostlist.expand(domain.hosts) if host in fabrics]
+        trays = [host for host in domain_trays(domain) if host in fabrics]
         joined = {tray: [gpu for gpu in fabrics[tray] or [] if gpu.state == "Completed" and gpu.status == "Success"
                          and gpu.clique_id not in ("", "0", "N/A")] for tray in trays}
         read = {tray: gpus for tray, gpus in joined.items() if gpus}

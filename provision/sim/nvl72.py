@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from provision.spec import LoadedSpec
-from topology import hostlist
+from provision.spec.semantics import domain_trays
 
 
 def _digest(*parts: object) -> bytes:
@@ -44,7 +44,7 @@ def tray_places(loaded: LoadedSpec, seed: int) -> dict[str, dict[str, Any]]:
     addresses = {node.name: node.address for node in loaded.nodes}
     places: dict[str, dict[str, Any]] = {}
     for domain in loaded.spec.nvlink_domains or []:
-        hosts = hostlist.expand(domain.hosts)
+        hosts = domain_trays(domain)
         cluster_uuid, clique_id = partition_of(seed, domain.name)
         serial = domain.chassis_serial or chassis_serial_of(seed, domain.name)
         peers = {addresses[host]: host for host in hosts if host in addresses}
