@@ -227,6 +227,20 @@ def _said(text: str) -> str:
     return " / ".join(line.strip() for line in text.splitlines() if line.strip())[-300:]
 
 
+#: Rounds that measure again the sweep's pairs that never produced a figure, blaming neither side.
+UNMET_RETRIES = 2
+
+
+def unmet(measurements: list[Measurement]) -> list[Measurement]:
+    """The sweep's pairs that produced no figure and whose failure was neither host's own: a server not yet
+    listening when its client gave up, a side stopped at its deadline or under the other. On a loaded machine
+    (or a slow real host) that is a moment's timing, and a rail left unmeasured by it would be *unknown* and keep
+    its node out: it is measured again (``UNMET_RETRIES`` rounds), and only a pair that never meets then is the
+    path's (the localizer's) to explain."""
+    return [measurement for measurement in measurements
+            if measurement.bidirectional and measurement.gbps is None and measurement.at_fault is None]
+
+
 def pack_rounds(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     """Pack HCA pairs into rounds where no HCA appears twice."""
     rounds: list[tuple[set[str], list[tuple[str, str]]]] = []
@@ -276,6 +290,16 @@ def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, rout
     for number, tests in enumerate(plan.rounds, 1):
         pairs = [pair for test in tests for pair in pairing.hca_pairs(runner.rails, test)]
         measurements += _routed(router, runner.measure(pairs, f"sweep {number}"))
+    retried: list[str] = []
+    for attempt in range(1, UNMET_RETRIES + 1):
+        again = unmet(measurements)
+        if not again:
+            break
+        retried += [measurement.describe() for measurement in again]
+        gone = {id(measurement) for measurement in again}  # what never met is no measurement of the path
+        measurements = [measurement for measurement in measurements if id(measurement) not in gone]
+        for batch in pack_rounds([(measurement.client, measurement.server) for measurement in again]):
+            measurements += _routed(router, runner.measure(batch, f"retry {attempt}"))
     at_fault = {measurement.at_fault for measurement in measurements if measurement.at_fault}
     live = {hca for host, hcas in runner.rails.items() if host not in at_fault for hca in hcas}
     localizer = tomography.Localizer(router, seed=seed,
@@ -307,6 +331,7 @@ def _run(loaded: LoadedSpec, nodes: list[ResolvedNode], runner: PairRunner, rout
     report.summary = {
         "routing": basis, "routing_mode": routing.mode,
         "rounds": runner.rounds, "sweep_rounds_count": len(plan.rounds), "measurements": len(measurements),
+        "retried_unmet": retried,
         "adaptive_proposals": proposals, "adaptive_measurements": adaptive,
         "localizer_done": bool(localizer.results) and localizer.done(),
         "threshold_gbps": {"one_way": runner.one_way_gbps, "both_ways": 2 * runner.one_way_gbps},

@@ -106,6 +106,21 @@ def test_a_client_whose_server_was_stopped_under_it_is_not_at_fault() -> None:
     assert own.at_fault == "h1", "a server that finished: the client's failure is its own"
 
 
+def test_pairs_that_never_met_are_measured_again_before_anyone_is_judged() -> None:
+    """Issue 55's healthy bench, seed 5 on bc3be87: a server slow to listen under load, its client's retries ran
+    out, and sim16's rail was left unmeasured (unknown: quarantined). Pairs with no figure and no side at fault are
+    the ones measured again; a measured pair (even a slow one) and a side that failed on its own are not."""
+    from provision.burnin.pairs import UNMET_RETRIES, unmet
+
+    never_met = _read(_side(1, stderr=" No client connected within 12 s (stopped by fabric_tests)\n"),
+                      _side(1, stderr=" Couldn't connect to 127.0.0.26:28906\n Unable to open file descriptor"))
+    slow = _read(_side(), _side(stdout=TABLE.replace("771.40", "401.00")))
+    own = _read(_side(1, stderr=" Port number 1 state is Down\n Couldn't set up local port"), _side(1))
+    assert [measurement.label for measurement in unmet([never_met, slow, own])] == ["sweep 1"]
+    assert unmet([never_met]) == [never_met] and unmet([slow, own]) == []
+    assert UNMET_RETRIES >= 1
+
+
 def test_a_pair_that_never_met_is_the_paths_problem() -> None:
     hung = _read(_side(-9, timed_out=True), _side(-9, stderr=" Couldn't connect", timed_out=True))
     assert hung.at_fault is None and not hung.measured and not hung.passed and hung.error == "timed out"
