@@ -596,10 +596,31 @@ class WatchBreaker(Strict):
     window_minutes: Annotated[int, Field(ge=1, le=7 * 24 * 60)] = 60
 
 
+class WatchSignals(Strict):
+    """The passive sources ``provision watch`` follows as they grow, judged as ``topology flaps`` judges them
+    (``fabric.link_health``) over its window. Paths are relative to the spec's directory. A simulated cluster
+    given none follows its simulated fabric's own UFM log and counter snapshots."""
+
+    #: UFM's ``event.log`` files.
+    ufm_events: list[Path] = []
+    #: Syslog files holding the hosts' IB carrier lines (a syslog server's: one file, or one per host).
+    syslogs: list[Path] = []
+    #: A directory where counter snapshots arrive (``perfquery -x`` snapshot directories, each with its
+    #: ``captured_at``, or ibdiagnet ``db_csv`` files): each new one is compared with the one before it.
+    counters: Path | None = None
+    #: ``host netdev hca`` lines naming the HCA behind each IPoIB netdev the syslogs mention (without it the
+    #: hosts are asked).
+    netdev_map: Path | None = None
+    #: Disable (``ibportstate``) the switch port of a cable found down or flapping; without it the watch names
+    #: the cable and opens a ticket, and a person disables it.
+    disable_ports: bool = False
+
+
 class WatchPolicy(Strict):
     """``provision watch``: what it may do to the admitted fleet."""
 
     breaker: WatchBreaker = WatchBreaker()
+    signals: WatchSignals = WatchSignals()
 
 
 class SlurmIntegration(Strict):

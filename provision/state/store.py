@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from provision.errors import Refusal
 from provision.state.lifecycle import OPERATOR_COMMANDS, WATCH, NodeState, TransitionError, check_move
@@ -528,11 +528,98 @@ class StateStore:
                                "ORDER BY id", (to_state.value, stage, since)).fetchall()
         return [row["node"] for row in rows]
 
+    # -- the watch's passive signals ----------------------------------------------------------------------------
+
+    def watch_cursor(self, source: str) -> dict[str, Any] | None:
+        """Where the watch stopped reading ``source`` (``ufm:<path>``, ``syslog:<path>``, ``counters:<dir>``)."""
+        row = self.db.execute("SELECT detail FROM watch_cursors WHERE source = ?", (source,)).fetchone()
+        return None if row is None else dict(json.loads(row["detail"]))
+
+    def set_watch_cursor(self, source: str, detail: dict[str, Any], *, run_id: str | None) -> None:
+        with self.transaction():
+            self.db.execute("INSERT OR REPLACE INTO watch_cursors (source, detail, at, run_id) VALUES (?, ?, ?, ?)",
+                            (source, json.dumps(detail, sort_keys=True), now(), run_id))
+
+    def add_watch_signals(self, *, observations: Iterable[WatchObservation] = (),
+                          device_events: Iterable[tuple[float, str, bool]] = (),
+                          counter_deltas: Iterable[WatchCounterDelta] = (), run_id: str | None) -> None:
+        """What one pass read, kept until it leaves the window (:meth:`prune_watch_signals`)."""
+        with self.transaction():
+            self.db.executemany(
+                "INSERT INTO watch_observations (time, cable_node, cable_port, kind, source, end_node, end_port, "
+                "text, weight, code, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(*row, run_id) for row in observations])
+            self.db.executemany("INSERT INTO watch_device_events (time, device, up, run_id) VALUES (?, ?, ?, ?)",
+                                [(time, device, int(up), run_id) for time, device, up in device_events])
+            self.db.executemany(
+                "INSERT INTO watch_counter_deltas (cable_node, cable_port, port_node, port, start_time, end_time, "
+                "counter, delta, value_before, value_after, reset, saturated, run_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(*row[:10], int(row[10]), int(row[11]), run_id) for row in counter_deltas])
+
+    def watch_signals_since(self, since: float) -> tuple[list[WatchObservation], list[tuple[float, str, bool]],
+                                                          list[WatchCounterDelta]]:
+        """Every kept observation, device event and counter delta at or after ``since`` (the evidence's clock),
+        in time order."""
+        observations = [WatchObservation(*row) for row in self.db.execute(
+            "SELECT time, cable_node, cable_port, kind, source, end_node, end_port, text, weight, code "
+            "FROM watch_observations WHERE time >= ? ORDER BY time, id", (since,))]
+        devices = [(row[0], row[1], bool(row[2])) for row in self.db.execute(
+            "SELECT time, device, up FROM watch_device_events WHERE time >= ? ORDER BY time, id", (since,))]
+        deltas = [WatchCounterDelta(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9],
+                                    bool(row[10]), bool(row[11])) for row in self.db.execute(
+            "SELECT cable_node, cable_port, port_node, port, start_time, end_time, counter, delta, value_before, "
+            "value_after, reset, saturated FROM watch_counter_deltas WHERE end_time >= ? ORDER BY end_time, id",
+            (since,))]
+        return observations, devices, deltas
+
+    def prune_watch_signals(self, before: float) -> int:
+        """Forget what is older than ``before`` (outside every window the watch judges): the store stays bounded
+        however long the watch runs."""
+        with self.transaction():
+            removed = self.db.execute("DELETE FROM watch_observations WHERE time < ?", (before,)).rowcount
+            removed += self.db.execute("DELETE FROM watch_device_events WHERE time < ?", (before,)).rowcount
+            removed += self.db.execute("DELETE FROM watch_counter_deltas WHERE end_time < ?", (before,)).rowcount
+        return int(removed)
+
     def cable_history(self, cable: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT kind, at, detail, run_id FROM cable_history WHERE cable = ? ORDER BY at, id",
                                (cable,)).fetchall()
         return [{"kind": row["kind"], "at": row["at"], "detail": json.loads(row["detail"]), "run_id": row["run_id"]}
                 for row in rows]
+
+
+class WatchObservation(NamedTuple):
+    """One thing a passive source said about a cable (``topology.linkhealth.Observation``, flattened for the
+    store: the cable by its first end)."""
+
+    time: float
+    cable_node: str
+    cable_port: int
+    kind: str
+    source: str
+    end_node: str | None
+    end_port: int | None
+    text: str
+    weight: int
+    code: str
+
+
+class WatchCounterDelta(NamedTuple):
+    """One error counter's change on one port between two snapshots (``topology.counters.CounterDelta``)."""
+
+    cable_node: str
+    cable_port: int
+    port_node: str
+    port: int
+    start: float
+    end: float
+    counter: str
+    delta: int
+    before: int
+    after: int
+    reset: bool
+    saturated: bool
 
 
 def _node(row: sqlite3.Row) -> NodeRecord:
