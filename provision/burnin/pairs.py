@@ -50,6 +50,8 @@ ADAPTIVE_MEASUREMENTS = 256
 #: fault of the host that printed them.
 NOT_MET = ("Couldn't connect", "Unable to open file descriptor", "No client connected", "Client went away",
            "Server did not confirm")
+#: What ``fabric_tests.perftest`` adds to a server it stopped because no client reached it in time.
+STOPPED_UNMET = "(stopped by fabric_tests)"
 
 Flow = routes.Flow
 
@@ -194,6 +196,13 @@ def read_outcome(measurement: Measurement, outcomes: dict[str, Any]) -> Measurem
     for hca, role in ((server, "server"), (client, "client")):  # the server's own failure explains the client's
         side = sides[role]
         text = side["stderr"].strip()
+        if role == "client" and side["rc"] != 0 and not side["timed_out"] and _stopped(sides["server"]) \
+                and not any(marker in text for marker in NOT_MET):
+            # the server was stopped under it (its deadline, or by fabric_tests as never reached): what the client
+            # then says (its writes' retries ran out, the peer reset) is the stop's, not either host's own
+            measurement.error = (f"{hca} (client): {_said(text) or 'exit ' + str(side['rc'])}; its server "
+                                 f"{server} was stopped ({_said(sides['server']['stderr']) or 'timed out'})")
+            return measurement
         if side["rc"] != 0 and not side["timed_out"] and not any(marker in text for marker in NOT_MET):
             said = _said(text) or f"exit {side['rc']}"
             measurement.error = f"{hca} ({role}): {said}"
@@ -206,6 +215,11 @@ def read_outcome(measurement: Measurement, outcomes: dict[str, Any]) -> Measurem
         measurement.error = "timed out" if sides["client"]["timed_out"] else \
             (_said(text) or "no bandwidth row in the output")
     return measurement
+
+
+def _stopped(side: dict[str, Any]) -> bool:
+    """A side the helper stopped: at the round's deadline, or as a server no client reached in time."""
+    return bool(side["timed_out"]) or STOPPED_UNMET in side["stderr"]
 
 
 def _said(text: str) -> str:

@@ -745,6 +745,45 @@ def test_ib_write_bw_moves_bytes_between_two_hosts_and_reports_the_link(tmp_path
     assert outside.returncode != 0 and "not simulated" in outside.stderr
 
 
+def test_ib_write_bw_server_shows_the_connection_at_once_and_its_death_is_a_completion_error(tmp_path: Path) -> None:
+    """As perftest: the server prints the test's parameters and both addresses as soon as its client has connected
+    (the pair-test helper tells a reached server from one still waiting by them: a server that printed them late
+    was stopped mid-test as never reached, issue 55's healthy bench, seed 2), and a client whose server dies
+    under it ends with the completion error RC reports, not a stack trace."""
+    import signal
+    import subprocess
+
+    state, _ = bring_up(tmp_path, [])
+    port = str(free_loopback_port())
+    server_node, client = SimHost(state, "sim01"), SimHost(state, "sim02")
+    server = subprocess.Popen(["ib_write_bw", "-d", "mlx5_0", "-p", port, "--report_gbits", "-s", "8388608",
+                               "--iters", "1000"], env=cluster_env(server_node), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert server.stdout is not None and server.stderr is not None
+    assert "Waiting for client" in "".join(server.stdout.readline() for _ in range(4))  # listening
+    address = json.loads((server_node.root / "var/lib/provision-sim/node.json").read_text())["address"]
+    sender = subprocess.Popen(["ib_write_bw", "-d", "mlx5_0", "-p", port, "--report_gbits", "-s", "8388608",
+                               "--iters", "1000", address], env=cluster_env(client), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        shown = []
+        for _ in range(40):  # the connection's block: before the transfer has ended
+            shown.append(server.stdout.readline())
+            if "remote address" in shown[-1] or not shown[-1]:
+                break
+        assert any("remote address: LID" in line for line in shown), (shown, server.poll() is not None
+                                                                     and server.stderr.read())
+        assert not any("#bytes" in line for line in shown), "the results come at the end, not with the addresses"
+        os.killpg(server.pid, signal.SIGKILL)
+        _out, err = sender.communicate(timeout=60)
+    finally:
+        for process in (server, sender):
+            process.kill()
+            process.wait()
+    assert sender.returncode == 1 and "Traceback" not in err
+    assert "Completion with error at client" in err or "Server did not confirm" in err, err
+
+
 def test_ib_write_bw_with_gpudirect_needs_registered_peermem(tmp_path: Path) -> None:
     state, _ = bring_up(tmp_path, [])
     host = SimHost(state, "sim01")

@@ -92,6 +92,20 @@ def test_a_side_that_fails_on_its_own_is_at_fault_not_its_partner() -> None:
     assert unreachable.at_fault == "h1"
 
 
+def test_a_client_whose_server_was_stopped_under_it_is_not_at_fault() -> None:
+    """Issue 55's healthy bench, seed 2: a server stopped mid-test (its deadline, or by the helper as never
+    reached), and its client's writes then failed; neither host failed on its own, so neither is blamed (the
+    path is re-measured by the localizer like any unmet pair)."""
+    dropped = _read(_side(-9, stderr=" No client connected within 12 s (stopped by fabric_tests)\n"),
+                    _side(1, stderr=" Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x81\n"))
+    assert dropped.at_fault is None and not dropped.passed
+    assert "its server h2/mlx5_3 was stopped" in dropped.error
+    deadline = _read(_side(-9, timed_out=True), _side(1, stderr=" Completion with error at client\n"))
+    assert deadline.at_fault is None
+    own = _read(_side(stdout=TABLE), _side(1, stderr=" Completion with error at client\n"))
+    assert own.at_fault == "h1", "a server that finished: the client's failure is its own"
+
+
 def test_a_pair_that_never_met_is_the_paths_problem() -> None:
     hung = _read(_side(-9, timed_out=True), _side(-9, stderr=" Couldn't connect", timed_out=True))
     assert hung.at_fault is None and not hung.measured and not hung.passed and hung.error == "timed out"

@@ -197,6 +197,9 @@ def _serve(root: Path, options: Options, rate: float, lid: int, cuda: list[str])
             stream.write((json.dumps({"rate": rate, "lid": lid, "hca": _hca(root, options.device)}) + "\n")
                          .encode())
             stream.flush()
+            # as perftest's server: the test's parameters and both ends' addresses as soon as the client has
+            # connected and the two have exchanged them, before a byte of the test moves; the results at the end
+            print("\n".join(["-" * 87, *_header(options.device, lid, hello["lid"])]), flush=True)
             received = 0
             while received < hello["bytes"]:
                 chunk = connection.recv(min(CHUNK, hello["bytes"] - received))
@@ -205,9 +208,8 @@ def _serve(root: Path, options: Options, rate: float, lid: int, cuda: list[str])
                 received += len(chunk)
             stream.write(b"done\n")
             stream.flush()
-    print("\n".join(["-" * 87, *_header(options.device, lid, hello["lid"]),
-                     *_table(options, min(rate, hello["rate"]) * _route_share(root, options, hello["hca"],
-                                                                               _hca(root, options.device)),
+    print("\n".join([*_table(options, min(rate, hello["rate"]) * _route_share(root, options, hello["hca"],
+                                                                                _hca(root, options.device)),
                              f"{root}:{options.port}:server"), "-" * 87]))
     return 0
 
@@ -233,10 +235,18 @@ def _connect(root: Path, options: Options, rate: float, lid: int, cuda: list[str
         remote = json.loads(stream.readline())
         payload = bytes(CHUNK)
         sent = 0
-        while sent < total:
-            connection.sendall(payload[: min(CHUNK, total - sent)])
-            sent += min(CHUNK, total - sent)
-        if stream.readline().strip() != b"done":
+        try:
+            while sent < total:
+                connection.sendall(payload[: min(CHUNK, total - sent)])
+                sent += min(CHUNK, total - sent)
+        except OSError:  # the server went away mid-test: on RC, the writes' retries run out (IBV_WC_RETRY_EXC_ERR)
+            raise ToolError(f" Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x81\n"
+                            f"scnt={sent // CHUNK}, ccnt={max(0, sent // CHUNK - 128)}", 1) from None
+        try:
+            confirmed = stream.readline().strip() == b"done"
+        except OSError:
+            confirmed = False
+        if not confirmed:
             raise ToolError(" Server did not confirm the transfer", 1)
     print("\n".join([*cuda, "-" * 87, *_header(options.device, lid, remote["lid"]),
                      *_table(options, min(rate, remote["rate"]) * _route_share(root, options,
