@@ -573,6 +573,23 @@ class StateStore:
             (since,))]
         return observations, devices, deltas
 
+    def watch_actions(self) -> dict[str, int]:
+        """How often the watch has acted, by kind, over the store's life: its quarantines by stage
+        (``quarantine_node-check``, ``quarantine_fabric``), the operators' moves it read back from Slurm
+        (``operator_seen``), the cables it ticketed (``ticket``) and the ports it disabled (``port_disabled``)."""
+        found: dict[str, int] = {}
+        for row in self.db.execute(
+                "SELECT transitions.stage AS stage, transitions.by_operator AS by_operator, COUNT(*) AS n "
+                "FROM transitions JOIN runs ON transitions.run_id = runs.id WHERE runs.command = ? "
+                "GROUP BY transitions.stage, transitions.by_operator", (WATCH,)):
+            kind = "operator_seen" if row["by_operator"] else f"quarantine_{row['stage']}"
+            found[kind] = found.get(kind, 0) + int(row["n"])
+        for row in self.db.execute(
+                "SELECT kind, COUNT(*) AS n FROM cable_history WHERE json_extract(detail, '$.source') = 'watch' "
+                "GROUP BY kind"):
+            found["ticket" if row["kind"] == "finding" else "port_disabled"] = int(row["n"])
+        return found
+
     def prune_watch_signals(self, before: float) -> int:
         """Forget what is older than ``before`` (outside every window the watch judges): the store stays bounded
         however long the watch runs."""

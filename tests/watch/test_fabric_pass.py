@@ -5,6 +5,7 @@ end to end on a simulated cluster whose UFM keeps writing."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from provision.sim.ufm import EventWriter
 from provision.spec import load_spec
 from provision.state import NodeState, StateStore
 from provision.watch import cables
+from tests import promstack
 from tests.conftest import EXAMPLES, run_cli
 from tests.simhelpers import write_spec
 from tests.watch.test_reconcile import _store
@@ -92,6 +94,18 @@ def test_a_flapping_host_cable_is_ticketed_disabled_and_its_node_taken_out_once(
     [again] = second["cable_actions"]
     assert not again["ticket"] and not again["disable"] and "disabled already" in again["already"]
     assert second["tickets"] == [] and second["disabled"] == [] and second["fabric_moves"] == []
+    textfile = spec.parent / ".provision" / "metrics" / "provision_sim16.prom"  # rewritten after each pass
+    metrics = set(textfile.read_text().splitlines())
+    for kind, count in (("quarantine_fabric", 1), ("ticket", 1), ("port_disabled", 1), ("quarantine_node-check", 0)):
+        assert f'provision_watch_actions{{cluster="sim16",kind="{kind}"}} {count}' in metrics
+    assert 'provision_watch_pass_problems{cluster="sim16"} 1' in metrics  # Slurm
+    assert 'provision_watch_suspect_cables{class="flapping",cluster="sim16"} 1' in metrics
+    ufm_source = f"ufm:{state / 'sim' / 'fabric' / 'ufm' / 'event.log'}"
+    assert f'provision_watch_source_ok{{cluster="sim16",source="{ufm_source}"}} 1' in metrics
+    if promstack.PROMTOOL:
+        linted = subprocess.run([promstack.PROMTOOL, "check", "metrics"], input=textfile.read_text(), text=True,
+                                capture_output=True, timeout=30)
+        assert linted.returncode == 0 and not linted.stdout.strip(), linted.stdout + linted.stderr
     with StateStore(state) as store:
         kinds = [record["kind"] for record in store.cable_history(cable_key(cable))]
         assert kinds == ["finding", "disabled"]
