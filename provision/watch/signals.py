@@ -213,7 +213,7 @@ def ingest_syslogs(store: StateStore, fabric: Fabric, paths: list[Path], netdev_
         mapping = ask_hosts(hosts)
     for reading, events in parsed:
         found = linkhealth.Evidence()
-        linkhealth.add_carrier(found, fabric, events, lambda host, device: mapping.get((host, device)))
+        linkhealth.add_carrier(found, fabric, events, lambda host, device: netdev.lookup(mapping, host, device))
         reading.observations, reading.unmatched = len(found.observations), len(found.unmatched)
         store.add_watch_signals(observations=_flat(found.observations), run_id=run_id)
     return [reading for reading, _ in parsed]
@@ -228,8 +228,10 @@ def ingest_counters(store: StateStore, fabric: Fabric, directory: Path, *, run_i
         reading.problem = "missing: no directory of counter snapshots"
         return reading
     kept = store.watch_cursor(source) or {}
-    last = kept.get("last")
-    candidates = sorted(entry for entry in directory.iterdir() if entry.name != last and _is_snapshot(entry))
+    last, last_mtime = kept.get("last"), float(kept.get("mtime", float("-inf")))
+    # a snapshot is new when it arrived after the last one read (by its modification time: names need not sort)
+    candidates = sorted(entry for entry in directory.iterdir() if entry.name != last and _is_snapshot(entry)
+                        and _mtime(entry) >= last_mtime)
     snapshots: list[Snapshot] = []
     for entry in candidates:
         try:
@@ -240,7 +242,7 @@ def ingest_counters(store: StateStore, fabric: Fabric, directory: Path, *, run_i
     previous = None
     if last is not None and (directory / last).exists():
         try:
-            previous = _snapshot(directory / last)
+            previous = _last_read(directory / last)
         except EvidenceError as error:
             reading.notes.append(str(error))
     new = [shot for shot in snapshots if previous is None or shot.captured > previous.captured]
@@ -262,7 +264,9 @@ def ingest_counters(store: StateStore, fabric: Fabric, directory: Path, *, run_i
     reading.observations = len(deltas)
     store.add_watch_signals(counter_deltas=deltas, run_id=run_id)
     if new:
-        store.set_watch_cursor(source, {"last": new[-1].name}, run_id=run_id)
+        mtime = _mtime(directory / new[-1].name)
+        store.set_watch_cursor(source, {"last": new[-1].name, "mtime": mtime}, run_id=run_id)
+        _LAST_READ[directory] = (mtime, new[-1])
     return reading
 
 
@@ -277,12 +281,32 @@ class Snapshot:
     name: str
 
 
+def _mtime(entry: Path) -> float:
+    try:
+        return entry.stat().st_mtime
+    except OSError:
+        return float("-inf")
+
+
+#: The last snapshot read, by path and modification time: the next pass compares with it without reading 20,000
+#: ports' counters again (a watch restarted reads it once).
+_LAST_READ: dict[Path, tuple[float, Snapshot]] = {}
+
+
 def _snapshot(entry: Path) -> Snapshot:
     if entry.is_file():
         captured, values, _serials = cable_health.read_db_csv_snapshot(entry)
     else:
         captured, values = cable_health.read_snapshot(entry, {})
     return Snapshot(captured, values, entry.name)
+
+
+def _last_read(entry: Path) -> Snapshot:
+    """The snapshot the last pass ended on: from memory when this process read it, else from its files."""
+    cached = _LAST_READ.get(entry.parent)
+    if cached is not None and cached[1].name == entry.name and cached[0] == _mtime(entry):
+        return cached[1]
+    return _snapshot(entry)
 
 
 def judge(store: StateStore, fabric: Fabric, health: LinkHealth, *, until: float) -> Judgement:

@@ -7,6 +7,7 @@ real event logs in tests/sim); the fabric is the example cluster's design.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,23 @@ def test_counter_snapshots_arriving_are_compared_with_the_one_before(fabric: Fab
     [suspect] = second.judgement.suspects
     assert suspect.cable == cable and suspect.klass == "erroring"
     assert suspect.errors.get("SymbolErrorCounter") == 12
+
+
+def test_the_hosts_carrier_lines_are_mapped_to_their_rail_cable(fabric: Fabric, tmp_path: Path) -> None:
+    """systemd-networkd's ``ibN: lost carrier`` lines as a syslog server keeps them, each netdev mapped to its
+    HCA by the spec's netdev map (``*`` for every host): a host cable left down is ``down``; a line of a netdev
+    the map does not name is unmatched, never guessed."""
+    syslog, mapping = tmp_path / "ib.log", tmp_path / "netdev.map"
+    mapping.write_text("# host netdev hca\n* ib0 mlx5_0\n", encoding="utf-8")
+    moment = datetime.fromtimestamp(START, UTC)
+    stamp = f"{moment:%b} {moment.day:2d} {moment:%H:%M:%S}"
+    syslog.write_text(f"{stamp} sim03 systemd-networkd[812]: ib0: lost carrier\n"
+                      f"{stamp} sim03 systemd-networkd[812]: ib7: lost carrier\n"
+                      f"{stamp} sim03 kernel: an unrelated line\n", encoding="utf-8")
+    with StateStore(tmp_path / "state") as store:
+        result = watch_pass(store, fabric, Sources(syslogs=[syslog], netdev_map=mapping), LinkHealth(),
+                            now=START + 60, run_id="pass-1")
+    [reading] = result.readings
+    assert reading.problem == "" and reading.observations == 1 and reading.unmatched == 1
+    [suspect] = result.judgement.suspects
+    assert suspect.cable == fabric.cable_at(("sim03/mlx5_0", 1)) and suspect.klass == "down"
