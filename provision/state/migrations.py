@@ -154,7 +154,8 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 8 -> 9: the watch's passive signals: where it stopped reading each source, and what it read there that is
     # still inside the link-health window (a cable by one of its ends; times on the evidence's own clock); and a
-    # cable's record keeps the ports the watch disabled (the CHECK widened: the table rebuilt, every row kept)
+    # cable's record keeps the ports the watch disabled (the CHECK widened: the table rebuilt, every row kept); and
+    # the repair ladder's attempts, each in the episode (the watch's quarantine, by its transition) it belongs to
     """
     CREATE TABLE cable_history_v9 (
         id      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -215,6 +216,18 @@ MIGRATIONS: tuple[str, ...] = (
         run_id      TEXT
     );
     CREATE INDEX watch_counter_deltas_end ON watch_counter_deltas(end_time);
+    CREATE TABLE repair_attempts (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        node        TEXT NOT NULL REFERENCES nodes(name),
+        episode     INTEGER NOT NULL,
+        step        TEXT NOT NULL,
+        outcome     TEXT NOT NULL CHECK (outcome IN ('started', 'passed', 'failed')),
+        started_at  TEXT NOT NULL,
+        finished_at TEXT,
+        detail      TEXT NOT NULL DEFAULT '{}',
+        run_id      TEXT
+    );
+    CREATE INDEX repair_attempts_node ON repair_attempts(node, episode, id);
     """,
 )
 

@@ -590,6 +590,46 @@ class StateStore:
             found["ticket" if row["kind"] == "finding" else "port_disabled"] = int(row["n"])
         return found
 
+    # -- the watch's repair ladder -------------------------------------------------------------------------------
+
+    def watch_episode(self, node: str) -> int | None:
+        """The node's current episode: the id of the watch's quarantine that began it (the latest move of the node
+        into a quarantine of the watch's, at node-check or fabric), None when the watch never quarantined it."""
+        row = self.db.execute(
+            "SELECT transitions.id FROM transitions JOIN runs ON transitions.run_id = runs.id WHERE "
+            "transitions.node = ? AND runs.command = ? AND transitions.to_state = ? AND transitions.from_state = ? "
+            "ORDER BY transitions.id DESC LIMIT 1",
+            (node, WATCH, NodeState.QUARANTINED.value, NodeState.ADMITTED.value)).fetchone()
+        return None if row is None else int(row[0])
+
+    def watch_quarantines_since(self, node: str, since: str) -> int:
+        """How often the watch took the node out of service at or after ``since`` (an ISO time)."""
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM transitions JOIN runs ON transitions.run_id = runs.id WHERE transitions.node = ? "
+            "AND runs.command = ? AND transitions.to_state = ? AND transitions.from_state = ? AND transitions.at >= ?",
+            (node, WATCH, NodeState.QUARANTINED.value, NodeState.ADMITTED.value, since)).fetchone()
+        return int(row[0])
+
+    def start_attempt(self, node: str, episode: int, step: str, *, run_id: str) -> int:
+        """A rung of the ladder, recorded before anything is done to the node: a watch killed during it knows."""
+        with self.transaction():
+            cursor = self.db.execute(
+                "INSERT INTO repair_attempts (node, episode, step, outcome, started_at, run_id) "
+                "VALUES (?, ?, ?, 'started', ?, ?)", (node, episode, step, now(), run_id))
+        return int(cursor.lastrowid or 0)
+
+    def finish_attempt(self, attempt: int, outcome: str, detail: dict[str, Any]) -> None:
+        with self.transaction():
+            self.db.execute("UPDATE repair_attempts SET outcome = ?, finished_at = ?, detail = ? WHERE id = ?",
+                            (outcome, now(), json.dumps(detail, sort_keys=True), attempt))
+
+    def attempts(self, node: str, episode: int) -> list[dict[str, Any]]:
+        """The rungs tried in one episode, in order: {id, step, outcome, started_at, finished_at, detail}."""
+        rows = self.db.execute("SELECT * FROM repair_attempts WHERE node = ? AND episode = ? ORDER BY id",
+                               (node, episode)).fetchall()
+        return [{"id": row["id"], "step": row["step"], "outcome": row["outcome"], "started_at": row["started_at"],
+                 "finished_at": row["finished_at"], "detail": json.loads(row["detail"])} for row in rows]
+
     def prune_watch_signals(self, before: float) -> int:
         """Forget what is older than ``before`` (outside every window the watch judges): the store stays bounded
         however long the watch runs."""

@@ -1,0 +1,83 @@
+"""The repair ladder (issue 56, item 5): the next rung from the attempts of the node's episode alone, graded by
+the failed check's class; RMA past the ladder or past the policy's repeat count; an interrupted step re-validated,
+never repeated; the attempts kept in the store per episode; and the lifecycle's moves that let the watch
+re-validate only the nodes it quarantined."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from provision.spec.model import WatchLadder
+from provision.state import NodeState
+from provision.state.lifecycle import TransitionError
+from provision.watch.ladder import FAILED, STARTED, Attempt, check_class, next_action
+from tests.stores import recorded_run
+from tests.watch.test_reconcile import _store
+
+pytestmark = pytest.mark.fast
+POLICY = WatchLadder()
+
+
+def test_each_check_climbs_its_class_ladder_to_rma() -> None:
+    assert (check_class("xid"), check_class("ib_ports"), check_class("swap")) == ("gpu", "network", "host")
+    attempts: list[Attempt] = []
+    seen = []
+    for _ in range(6):
+        action = next_action(POLICY, "xid", attempts, quarantines_in_window=1)
+        seen.append((action.kind, action.step))
+        if action.kind == "rma":
+            break
+        attempts.append(Attempt(action.step, FAILED, 0.0))
+    assert seen == [("step", "gpu_reset"), ("step", "power_cycle"), ("step", "reburnin"), ("rma", "rma")]
+    assert "after gpu_reset, power_cycle, reburnin" in next_action(POLICY, "xid", attempts,
+                                                                     quarantines_in_window=1).why
+    network = next_action(POLICY, "ib_ports", [], quarantines_in_window=1)
+    assert (network.kind, network.step) == ("step", "revalidate")
+    short = WatchLadder(host=["revalidate"])
+    past = next_action(short, "swap", [Attempt("revalidate", FAILED, 0.0)], quarantines_in_window=1)
+    assert past.kind == "rma" and "every step of the host ladder failed" in past.why
+
+
+def test_a_node_quarantined_too_often_goes_to_rma_at_once() -> None:
+    action = next_action(POLICY, "xid", [], quarantines_in_window=3)
+    assert action.kind == "rma" and "3 times within 30 days" in action.why
+
+
+def test_an_interrupted_step_is_revalidated_not_repeated() -> None:
+    """The watch was killed after recording a power cycle and before its re-validation ended: the next pass
+    re-validates; a second power cycle of a node that may still be booting is not sent."""
+    attempts = [Attempt("gpu_reset", FAILED, 0.0), Attempt("power_cycle", STARTED, 60.0)]
+    action = next_action(POLICY, "xid", attempts, quarantines_in_window=1)
+    assert (action.kind, action.step) == ("revalidate", "power_cycle") and "not repeated" in action.why
+
+
+def test_a_ladder_that_cannot_end_or_repeats_is_refused() -> None:
+    for steps, words in (([], "at least one step"), (["rma", "revalidate"], "rma ends the ladder"),
+                         (["revalidate", "revalidate"], "a step twice")):
+        with pytest.raises(ValidationError, match=words):
+            WatchLadder(gpu=steps)
+
+
+def test_attempts_are_kept_per_episode_and_only_the_watchs_quarantines_are_its_to_revalidate(tmp_path: Path) -> None:
+    with _store(tmp_path, {"n1": NodeState.ADMITTED, "n2": NodeState.QUARANTINED}) as store:
+        watch = recorded_run(store, "watch")
+        assert store.watch_episode("n1") is None
+        store.transition("n1", NodeState.QUARANTINED, run_id=watch, stage="node-check", reason="node-check/xid: 79")
+        episode = store.watch_episode("n1")
+        assert episode is not None and store.watch_quarantines_since("n1", "2000-01-01") == 1
+        first = store.start_attempt("n1", episode, "gpu_reset", run_id=watch)
+        assert store.attempts("n1", episode)[0]["outcome"] == "started"
+        store.finish_attempt(first, "failed", {"revalidation": "xid again"})
+        store.transition("n1", NodeState.BURNING_IN, run_id=watch, stage="revalidate")
+        store.transition("n1", NodeState.ADMITTED, run_id=watch)
+        assert [row["step"] for row in store.attempts("n1", episode)] == ["gpu_reset"]
+        store.transition("n1", NodeState.QUARANTINED, run_id=watch, stage="node-check", reason="node-check/xid: 79")
+        assert store.watch_episode("n1") != episode and store.attempts("n1", store.watch_episode("n1") or 0) == []
+        assert store.watch_quarantines_since("n1", "2000-01-01") == 2
+        with pytest.raises(TransitionError):  # the burn-in's quarantine is not the watch's to take back
+            store.transition("n2", NodeState.BURNING_IN, run_id=watch, stage="revalidate")
+        with pytest.raises(TransitionError, match="re-validation"):  # and its stage is the watch's alone
+            store.transition("n1", NodeState.BURNING_IN, run_id=recorded_run(store, "burnin"), stage="revalidate")
