@@ -81,3 +81,38 @@ def test_attempts_are_kept_per_episode_and_only_the_watchs_quarantines_are_its_t
             store.transition("n2", NodeState.BURNING_IN, run_id=watch, stage="revalidate")
         with pytest.raises(TransitionError, match="re-validation"):  # and its stage is the watch's alone
             store.transition("n1", NodeState.BURNING_IN, run_id=recorded_run(store, "burnin"), stage="revalidate")
+
+
+def test_the_rma_bundle_holds_the_nodes_story_checks_dcgm_and_says_what_is_missing(tmp_path: Path) -> None:
+    import json
+    import tarfile
+
+    from provision.watch.rma import write_bundle
+
+    with _store(tmp_path, {"n1": NodeState.ADMITTED}) as store:
+        burnin = store.history("n1")[-1]["run_id"]
+        run_dir = store.state_dir / "runs" / burnin
+        (run_dir / "dcgm").mkdir(parents=True)
+        (run_dir / "burnin-node.json").write_text(json.dumps([
+            {"node": "n1", "stage": "node", "passed": True, "results": [{"check": "matmul", "outcome": "ok"}]},
+            {"node": "n2", "stage": "node", "passed": True, "results": []}]))
+        (run_dir / "dcgm" / "n1.json").write_text(json.dumps({"DCGM GPU Diagnostic": {"test_categories": []}}))
+        watch = recorded_run(store, "watch")
+        store.transition("n1", NodeState.QUARANTINED, run_id=watch, stage="node-check", reason="node-check/xid: 79")
+        episode = store.watch_episode("n1") or 0
+        store.finish_attempt(store.start_attempt("n1", episode, "gpu_reset", run_id=watch), "failed",
+                             {"revalidation": "xid: Xid 79 again"})
+        bundle = write_bundle(store, "n1", tmp_path / "rma", cluster="sim16", why="every step of the gpu ladder "
+                              "failed", bmc="the BMC serves no log service")
+    with tarfile.open(bundle.path) as archive:
+        names = archive.getnames()
+        read = {name.split("/", 1)[1]: archive.extractfile(name).read().decode()  # type: ignore[union-attr]
+                for name in names}
+    assert {"README.txt", "history.json", "attempts.json", "checks.json", "soak.json", "bmc.json",
+            f"dcgm/{burnin}.json"} == set(read)
+    assert "every step of the gpu ladder failed" in read["README.txt"]
+    assert [card["node"] for card in json.loads(read["checks.json"])] == ["n1"], "only the node's own cards"
+    assert json.loads(read["attempts.json"])[str(episode)][0]["detail"]["revalidation"] == "xid: Xid 79 again"
+    assert json.loads(read["bmc.json"]) == {"entries": [], "why": "the BMC serves no log service"}
+    assert json.loads(read["soak.json"])["why"] == "the node was never soaked"
+    assert json.loads(read["history.json"])[-1]["stage"] == "node-check"
