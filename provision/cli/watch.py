@@ -110,6 +110,8 @@ def _render(result: PassResult, as_json: bool) -> None:
             out.print(f"  {action.cable}: {action.klass}" + (f" ({'; '.join(done)})" if done else ""), markup=False)
     for move in result.moves:
         out.print(f"{move.node}: {move.target} by the watch: {move.reason}", markup=False)
+    for item in result.climbed:
+        out.print(f"{item.node}: ladder {item.step or item.action}: {item.outcome} ({item.why})", markup=False)
     for problem in result.problems:
         out.print(f"problem: {problem}", markup=False)
     breaker = result.breaker or reconciled.breaker

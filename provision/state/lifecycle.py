@@ -104,6 +104,8 @@ def _moves() -> dict[tuple[str, NodeState], frozenset[str]]:
     # its own measurements or holds it (at the next rung, or for RMA, which only `provision return` ends)
     allow({WATCH}, (admitted,), QUARANTINED)
     allow({WATCH}, (QUARANTINED_BY_WATCH,), BURNING_IN, QUARANTINED)
+    # its ladder's `reburnin` rung hands the node back to the burn-in (every stage, partners and all): provisioned
+    allow({WATCH}, (QUARANTINED_BY_WATCH,), PROVISIONED)
     allow({WATCH}, (REVALIDATING,), ADMITTED, QUARANTINED)
     return {key: frozenset(commands) for key, commands in table.items()}
 

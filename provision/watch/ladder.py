@@ -26,7 +26,7 @@ from provision.spec.model import WatchLadder
 #: The checks whose failure is the GPU's (reset it first); the network's; every other is the host's.
 GPU_CHECKS = frozenset({"xid", "ecc", "row_remap", "gpu_count", "clocks", "throttle", "nvlink", "nvlink_errors",
                         "vbios", "nvlink5_xid", "gpu_fabric"})
-NETWORK_CHECKS = frozenset({"ib_ports", "rail_map", "fabric"})
+NETWORK_CHECKS = frozenset({"ib_ports", "rail_map"})
 #: An attempt's outcomes: its re-validation passed or failed; ``started`` until then.
 STARTED, PASSED, FAILED = "started", "passed", "failed"
 

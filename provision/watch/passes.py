@@ -20,6 +20,7 @@ from provision.run.context import ActiveRun
 from provision.spec import LoadedSpec
 from provision.state import NodeState
 from provision.watch import cables as cable_actions
+from provision.watch.climb import Climbed, HostSteps, Steps, climb
 from provision.watch.reconcile import FABRIC_STAGE, Move, ReconcileResult, make_moves, reconcile
 from provision.watch.signals import SignalsPass, sources_of, watch_pass
 from topology.linkhealth import CableHealth
@@ -41,6 +42,7 @@ class PassResult:
     moves: list[Move] = field(default_factory=list)
     held: list[Move] = field(default_factory=list)
     breaker: str = ""
+    climbed: list[Climbed] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -56,23 +58,34 @@ class PassResult:
                 "cable_actions": [action.as_dict() for action in self.cables], "tickets": self.tickets,
                 "disabled": self.disabled, "fabric_moves": [move.as_dict() for move in self.moves],
                 "fabric_held_by_breaker": [move.as_dict() for move in self.held],
-                "breaker": self.breaker or self.reconciled.breaker, "problems": self.problems}
+                "breaker": self.breaker or self.reconciled.breaker, "ladder": [item.as_dict() for item in self.climbed],
+                "problems": self.problems}
 
 
 def one_pass(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, *, now: float,
-             disabler: Disabler | None = None) -> PassResult:
-    """Slurm, then the fabric; ``now`` is the pass's clock (the window the signals are judged over ends there).
-    ``disabler``: how ports are disabled (default: ``ibportstate`` from an admitted node)."""
+             disabler: Disabler | None = None, steps: Steps | None = None) -> PassResult:
+    """Slurm, then the fabric, then the repair ladder of every node the watch holds; ``now`` is the pass's clock
+    (the window the signals are judged over ends there). ``disabler``: how ports are disabled (default:
+    ``ibportstate`` from an admitted node); ``steps``: how the ladder's rungs are done (default: the hosts and
+    their BMCs)."""
     result = PassResult(reconcile(loaded, run.store, run_id=run.id))
+    _fabric(loaded, run, state_dir, result, now=now, disabler=disabler)
+    result.climbed = climb(loaded, run, now=now, steps=steps or HostSteps(loaded, state_dir))
+    return result
+
+
+def _fabric(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, result: PassResult, *, now: float,
+            disabler: Disabler | None) -> None:
+    """The fabric's signals read and judged, and what the suspects call for done, into ``result``."""
     view = view_of_cluster(loaded)
     sources = sources_of(loaded, state_dir)
     if not sources:
-        return result
+        return
     result.signals = watch_pass(run.store, view.fabric, sources, view.link_health, now=now, run_id=run.id,
                                 ask_hosts=lambda hosts: netdevs_of_hosts(view, hosts, state_dir))
     suspects = result.signals.judgement.suspects
     if not suspects:
-        return result
+        return
     history = {cable_health.cable_key(item.cable): run.store.cable_history(cable_health.cable_key(item.cable))
                for item in suspects}
     actions = cable_actions.plan(suspects, view.fabric, history,
@@ -93,7 +106,6 @@ def one_pass(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, *, now: float,
     disabled_cables = {row["cable"] for row in result.disabled if row["result"] == "disabled"}
     moves = _cut_off(loaded, run, actions, disabled_cables)
     result.moves, result.held, result.breaker = make_moves(loaded, run.store, moves, run_id=run.id)
-    return result
 
 
 def _ticket(run: ActiveRun, view: FabricView, suspects: list[CableHealth],

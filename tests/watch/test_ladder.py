@@ -5,6 +5,7 @@ re-validate only the nodes it quarantined."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,104 @@ def test_the_rma_bundle_holds_the_nodes_story_checks_dcgm_and_says_what_is_missi
     assert json.loads(read["bmc.json"]) == {"entries": [], "why": "the BMC serves no log service"}
     assert json.loads(read["soak.json"])["why"] == "the node was never soaked"
     assert json.loads(read["history.json"])[-1]["stage"] == "node-check"
+
+
+class _Scripted:
+    """The hosts' side of the ladder as a script of what each step and re-validation found: these tests are of
+    the climb's bookkeeping (attempts, moves, resumption, RMA), not of the hosts (``HostSteps`` runs the real
+    steps: ``nvidia-smi -r`` through the node's session, the BMC's power cycle, the preflight checks)."""
+
+    def __init__(self, revalidations: list[bool]) -> None:
+        self.revalidations = revalidations
+        self.done: list[tuple[str, str]] = []
+
+    def perform(self, node, step):  # type: ignore[no-untyped-def]
+        self.done.append((node.name, step))
+        return True, f"{step} done"
+
+    def revalidate(self, node):  # type: ignore[no-untyped-def]
+        from provision.checks.outcome import CheckResult, Outcome
+
+        ok = self.revalidations.pop(0)
+        return [CheckResult("xid", Outcome.OK if ok else Outcome.FAILED, "no Xid" if ok else "Xid 79 again")]
+
+    def bmc_log(self, node):  # type: ignore[no-untyped-def]
+        return "not served"
+
+
+def _climb_spec(tmp_path: Path) -> Path:
+    from tests.simhelpers import write_spec
+
+    return write_spec(tmp_path, [], hosts="sim[01-04]")
+
+
+def _pass(spec: Path, state: Path, steps: _Scripted):  # type: ignore[no-untyped-def]
+    from provision.run.context import SpecIdentity, mutating_run
+    from provision.spec import load_spec
+    from provision.watch.climb import climb
+
+    loaded = load_spec(spec)
+    with mutating_run(state, "watch", ["watch"], spec=SpecIdentity(spec, loaded.sha256)) as run:
+        return [item.as_dict() for item in climb(loaded, run, now=time.time(), steps=steps)]
+
+
+def test_a_node_climbs_rung_by_rung_and_returns_on_its_own_checks(tmp_path: Path) -> None:
+    spec = _climb_spec(tmp_path)
+    state = tmp_path / "state"
+    with _store(tmp_path, {f"sim0{index}": NodeState.ADMITTED for index in range(1, 5)}) as store:
+        store.transition("sim01", NodeState.QUARANTINED, run_id=recorded_run(store, "watch"), stage="node-check",
+                         reason="node-check/xid: Xid 79 on GPU 0000:18:00")
+    steps = _Scripted([False, True])
+    first = _pass(spec, state, steps)
+    assert [(row["node"], row["step"], row["outcome"]) for row in first] == [("sim01", "gpu_reset", "held")]
+    second = _pass(spec, state, steps)
+    assert [(row["node"], row["step"], row["outcome"]) for row in second] == [("sim01", "power_cycle", "returned")]
+    assert steps.done == [("sim01", "gpu_reset"), ("sim01", "power_cycle")]
+    assert _pass(spec, state, steps) == [], "returned: nothing more to climb"
+    from provision.state import StateStore
+
+    with StateStore(state) as store:
+        moves = [(row["to_state"], row["stage"]) for row in store.history("sim01")][-5:]
+        assert moves == [("quarantined", "node-check"), ("burning-in", "revalidate"), ("quarantined", "revalidate"),
+                         ("burning-in", "revalidate"), ("admitted", None)]
+        episode = store.watch_episode("sim01") or 0
+        assert [(row["step"], row["outcome"]) for row in store.attempts("sim01", episode)] == [
+            ("gpu_reset", "failed"), ("power_cycle", "passed")]
+
+
+def test_a_pass_stopped_mid_step_resumes_with_the_revalidation_and_the_ladder_ends_in_rma(tmp_path: Path) -> None:
+    spec = _climb_spec(tmp_path)
+    state = tmp_path / "state"
+    with _store(tmp_path, {f"sim0{index}": NodeState.ADMITTED for index in range(1, 5)}) as store:
+        watch = recorded_run(store, "watch")
+        store.transition("sim02", NodeState.QUARANTINED, run_id=watch, stage="node-check",
+                         reason="node-check/xid: Xid 79 on GPU 0000:18:00")
+        episode = store.watch_episode("sim02") or 0
+        store.start_attempt("sim02", episode, "gpu_reset", run_id=watch)  # the pass was killed here: reset sent
+    steps = _Scripted([False, False])
+    resumed = _pass(spec, state, steps)
+    assert [(row["action"], row["step"], row["outcome"]) for row in resumed] == [("revalidate", "gpu_reset", "held")]
+    assert steps.done == [], "the reset was not sent again"
+    assert [(row["step"], row["outcome"]) for row in _pass(spec, state, steps)] == [("power_cycle", "held")]
+    assert [(row["step"], row["outcome"]) for row in _pass(spec, state, steps)] == [
+        ("reburnin", "handed to the burn-in")]
+    from provision.state import StateStore
+
+    with StateStore(state) as store:
+        assert store.node("sim02").state is NodeState.PROVISIONED  # type: ignore[union-attr]
+        # the burn-in admits it again; the watch quarantines it twice more within the window (an operator admitting
+        # it between): the third time it goes to RMA at once, its ladder not climbed again
+        store.transition("sim02", NodeState.BURNING_IN, run_id=recorded_run(store, "burnin"), stage="node")
+        store.transition("sim02", NodeState.ADMITTED, run_id=recorded_run(store, "burnin"))
+        store.transition("sim02", NodeState.QUARANTINED, run_id=recorded_run(store, "watch"), stage="node-check",
+                         reason="node-check/xid: Xid 79 on GPU 0000:18:00")
+        store.transition("sim02", NodeState.ADMITTED, run_id=recorded_run(store, "admit"))
+        store.transition("sim02", NodeState.QUARANTINED, run_id=recorded_run(store, "watch"), stage="node-check",
+                         reason="node-check/xid: Xid 79 on GPU 0000:18:00")
+    [sent] = _pass(spec, state, steps)
+    assert (sent["step"], sent["outcome"]) == ("rma", "rma") and "3 times within 30 days" in sent["why"]
+    assert Path(sent["detail"]["bundle"]).is_file()
+    with StateStore(state) as store:
+        record = store.node("sim02")
+        assert record is not None and (record.state, record.stage) == (NodeState.QUARANTINED, "rma")
+    assert _pass(spec, state, steps) == [], "RMA is held until provision return: the watch leaves it"
