@@ -9,8 +9,10 @@
   every node in service (the other spines still route around it).
 
 "Once" is per finding: a cable the watch already named since its last recorded repair (``provision topology
-repaired``) gets no second ticket and no second disable, however many passes still see it; after a repair, a
-cable that flaps again is a new finding and moves the cable's ladder on (``network.cable_health.LADDER``).
+repaired``) gets no second ticket, no second disable and cuts no node off again (an operator who admits that node
+has decided), however many passes still see it; after a repair, only evidence newer than the repair counts (the
+window still holds the flaps that led to it), and a cable that flaps again is a new finding and moves the cable's
+ladder on (``network.cable_health.LADDER``).
 
 Pure here: the plan from the suspects, the fabric and each cable's history; the watch's pass carries it out.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from provision.network.cable_health import cable_key
@@ -49,6 +52,15 @@ class CableAction:
                 "cut": [f"{host} {hca}" for host, hca in self.cut], "already": self.already}
 
 
+def _last_repair_at(records: Sequence[dict[str, Any]]) -> float | None:
+    """When the cable's last repair was recorded (seconds since the epoch), None if never."""
+    repairs = [record["at"] for record in records if record["kind"] == "repair"]
+    if not repairs:
+        return None
+    stamp = datetime.fromisoformat(repairs[-1])
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+
+
 def _since_repair(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """A cable's history after its last repair (all of it, if never repaired)."""
     last = max((index for index, record in enumerate(records) if record["kind"] == "repair"), default=-1)
@@ -61,7 +73,11 @@ def plan(suspects: Sequence[CableHealth], fabric: Fabric, history: dict[str, lis
     actions = []
     for item in suspects:
         key = cable_key(item.cable)
-        since = _since_repair(history.get(key, []))
+        records = history.get(key, [])
+        repaired = _last_repair_at(records)
+        if repaired is not None and (item.last_seen is None or item.last_seen < repaired):
+            continue  # every flap and error in the window came before the cable's repair: nothing new to act on
+        since = _since_repair(records)
         named = any(record["kind"] == FINDING and record["detail"].get("source") == SOURCE for record in since)
         disabled = any(record["kind"] == DISABLED for record in since)
         disable = disable_ports and item.klass in DISABLED_CLASSES and not disabled

@@ -171,11 +171,12 @@ def _disabler(loaded: LoadedSpec, run: ActiveRun, state_dir: Path) -> Disabler:
 
 def _cut_off(loaded: LoadedSpec, run: ActiveRun, actions: list[cable_actions.CableAction],
              disabled: set[str]) -> list[Move]:
-    """An admitted node whose rail's only cable is down, or whose port we disabled, goes out of service."""
+    """An admitted node whose rail's only cable this pass found down, or whose port this pass disabled, goes out of
+    service: once per finding (an operator who admits it afterwards has decided, and is not overruled)."""
     states = {record.name: record.state for record in run.store.nodes()}
     moves = []
     for action in actions:
-        if action.klass != "down" and action.cable not in disabled and "disabled already" not in action.already:
+        if not ((action.ticket and action.klass == "down") or action.cable in disabled):
             continue
         for host, hca in action.cut:
             if states.get(host) is NodeState.ADMITTED and host in loaded.node_names:

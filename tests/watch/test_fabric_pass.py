@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -29,7 +30,8 @@ SWITCH_CABLE = next(cable for cable in FABRIC.cables() if FABRIC.host_end(cable)
 
 
 def _suspect(cable, klass: str) -> CableHealth:
-    return CableHealth(cable, klass, 1.2, 6 if klass == "flapping" else 0)
+    return CableHealth(cable, klass, 1.2, 6 if klass == "flapping" else 0,
+                       last_seen=datetime(2026, 11, 22, tzinfo=UTC).timestamp())
 
 
 def test_each_class_gets_what_it_calls_for_once_per_finding() -> None:
@@ -48,6 +50,8 @@ def test_each_class_gets_what_it_calls_for_once_per_finding() -> None:
     repaired = {key: [*named[key], {"kind": "repair", "at": "2026-11-21T00:00:00", "detail": {"action": "reseat"}}]}
     [after_repair] = cables.plan(suspects[:1], FABRIC, repaired, disable_ports=True)
     assert (after_repair.ticket, after_repair.disable) == (True, True), "flapping again after a repair: new finding"
+    stale = CableHealth(HOST_CABLE, "flapping", 1.2, 6, last_seen=datetime(2026, 11, 20, 23, tzinfo=UTC).timestamp())
+    assert cables.plan([stale], FABRIC, repaired, disable_ports=True) == [], "the window's flaps predate the repair"
     burnin = {key: [{"kind": "finding", "at": "2026-11-20T00:00:00", "detail": {"source": "burnin.pairs"}}]}
     assert cables.plan(suspects[:1], FABRIC, burnin, disable_ports=True)[0].ticket, "the burn-in's is not ours"
 
@@ -94,6 +98,14 @@ def test_a_flapping_host_cable_is_ticketed_disabled_and_its_node_taken_out_once(
     [again] = second["cable_actions"]
     assert not again["ticket"] and not again["disable"] and "disabled already" in again["already"]
     assert second["tickets"] == [] and second["disabled"] == [] and second["fabric_moves"] == []
+    [waiting] = second["ladder"]  # its ladder waits for the cable, not for a node repair of its own
+    assert waiting["node"] == "sim01" and waiting["action"] == "wait" and "no repair recorded" in waiting["why"]
+    # an operator admits sim01 (it runs on its other rails): the watch does not overrule them
+    admitted = run_cli("admit", "sim01", "--reason", "runs on 7 rails until the cable is replaced", "--spec",
+                       str(spec), "--state-dir", str(state))
+    assert admitted.returncode == 0, admitted.stderr
+    third = json.loads(run_cli("watch", str(spec), "--once", "--json", "--state-dir", str(state)).stdout)
+    assert third["fabric_moves"] == [] and third["ladder"] == []
     textfile = spec.parent / ".provision" / "metrics" / "provision_sim16.prom"  # rewritten after each pass
     metrics = set(textfile.read_text().splitlines())
     for kind, count in (("quarantine_fabric", 1), ("ticket", 1), ("port_disabled", 1), ("quarantine_node-check", 0)):
@@ -109,6 +121,6 @@ def test_a_flapping_host_cable_is_ticketed_disabled_and_its_node_taken_out_once(
     with StateStore(state) as store:
         kinds = [record["kind"] for record in store.cable_history(cable_key(cable))]
         assert kinds == ["finding", "disabled"]
-        [record] = [node for node in store.nodes() if node.name == "sim01"]
-        assert record.state is NodeState.QUARANTINED and record.stage == "fabric"
-        assert [node.name for node in store.nodes() if node.state is NodeState.QUARANTINED] == ["sim01"]
+        moves = [(row["to_state"], row["stage"], bool(row["by_operator"])) for row in store.history("sim01")][-2:]
+        assert moves == [("quarantined", "fabric", False), ("admitted", None, True)]
+        assert [node.name for node in store.nodes() if node.state is NodeState.QUARANTINED] == []
