@@ -43,6 +43,8 @@ class PassResult:
     held: list[Move] = field(default_factory=list)
     breaker: str = ""
     climbed: list[Climbed] = field(default_factory=list)
+    ladder_held: str = ""  # why the ladder did nothing this pass (the breaker is tripped)
+    disables_held: list[dict[str, Any]] = field(default_factory=list)  # what the breaker kept from being disabled
 
     @property
     def problems(self) -> list[str]:
@@ -59,7 +61,7 @@ class PassResult:
                 "disabled": self.disabled, "fabric_moves": [move.as_dict() for move in self.moves],
                 "fabric_held_by_breaker": [move.as_dict() for move in self.held],
                 "breaker": self.breaker or self.reconciled.breaker, "ladder": [item.as_dict() for item in self.climbed],
-                "problems": self.problems}
+                "ladder_held": self.ladder_held, "disables_held": self.disables_held, "problems": self.problems}
 
 
 def one_pass(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, *, now: float,
@@ -70,6 +72,10 @@ def one_pass(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, *, now: float,
     their BMCs)."""
     result = PassResult(reconcile(loaded, run.store, run_id=run.id))
     _fabric(loaded, run, state_dir, result, now=now, disabler=disabler)
+    state = run.store.breaker()
+    if state is not None and state["tripped"]:  # a cause common to many nodes: no power cycle, no reset, no RMA
+        result.ladder_held = f"breaker tripped: {state['detail'].get('why', 'tripped')}"
+        return result
     result.climbed = climb(loaded, run, now=now, steps=steps or HostSteps(loaded, state_dir))
     return result
 
@@ -94,6 +100,11 @@ def _fabric(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, result: PassRes
     by_key = {cable_health.cable_key(item.cable): item for item in suspects}
     result.tickets = _ticket(run, view, [by_key[action.cable] for action in actions if action.ticket], history)
     to_disable = [by_key[action.cable] for action in actions if action.disable]
+    state = run.store.breaker()
+    if to_disable and state is not None and state["tripped"]:  # listed, not done: the breaker holds every action
+        result.disables_held = [{"cable": cable_health.cable_key(item.cable), "class": item.klass}
+                                for item in to_disable]
+        to_disable = []
     if to_disable:
         report = _report(to_disable, _guids(loaded, state_dir), view.link_health.window_hours)
         disables = cable_health.port_disables(report, view.fabric)

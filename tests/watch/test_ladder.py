@@ -218,3 +218,31 @@ def test_a_pass_stopped_mid_step_resumes_with_the_revalidation_and_the_ladder_en
         record = store.node("sim02")
         assert record is not None and (record.state, record.stage) == (NodeState.QUARANTINED, "rma")
     assert _pass(spec, state, steps) == [], "RMA is held until provision return: the watch leaves it"
+
+
+@pytest.mark.slow  # scontrol is asked (and finds no controller): a process, and seconds
+def test_a_tripped_breaker_holds_the_ladder(tmp_path: Path) -> None:
+    """A cause common to many nodes (a driver rollout) tripped the breaker: the nodes already quarantined are not
+    reset, power-cycled or sent to RMA while it holds."""
+    import yaml
+
+    from provision.run.context import SpecIdentity, mutating_run
+    from provision.spec import load_spec
+    from provision.watch.passes import one_pass
+
+    spec = _climb_spec(tmp_path)
+    data = yaml.safe_load(spec.read_text())
+    (tmp_path / "slurm.conf").write_text("ClusterName=test\n")  # no controller: Slurm unreadable, a problem
+    data["slurm"] = {"conf": str(tmp_path / "slurm.conf")}
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    state = tmp_path / "state"
+    with _store(tmp_path, {f"sim0{index}": NodeState.ADMITTED for index in range(1, 5)}) as store:
+        watch = recorded_run(store, "watch")
+        store.transition("sim01", NodeState.QUARANTINED, run_id=watch, stage="node-check",
+                         reason="node-check/xid: Xid 79 on GPU 0000:18:00")
+        store.set_breaker(tripped=True, detail={"why": "a driver rollout", "held": []}, run_id=watch)
+    steps = _Scripted([True])
+    loaded = load_spec(spec)
+    with mutating_run(state, "watch", ["watch"], spec=SpecIdentity(spec, loaded.sha256)) as run:
+        result = one_pass(loaded, run, state, now=time.time(), steps=steps)
+    assert result.climbed == [] and steps.done == [] and result.ladder_held == "breaker tripped: a driver rollout"
