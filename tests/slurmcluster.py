@@ -114,8 +114,9 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def running(directory: Path, nodes: list[str], *, topology: str | None = None, extra: str = "") -> Iterator[
-        SlurmCluster]:
+def running(directory: Path, nodes: list[str], *, topology: str | None = None, extra: str = "",
+            partitions: list[str] | None = None) -> Iterator[SlurmCluster]:
+    """``partitions``: the cluster's PartitionName lines (default: one ``batch`` partition over every node)."""
     assert available(), MISSING
     munge = Path(tempfile.mkdtemp(prefix="munge-", dir="/tmp"))  # a unix socket path must stay short
     key = munge / "key"
@@ -141,7 +142,7 @@ def running(directory: Path, nodes: list[str], *, topology: str | None = None, e
         extra,
         f"NodeName={hostlist.compress(nodes)} NodeHostname=localhost NodeAddr=127.0.0.1 "
         f"Port=[{base + 1}-{base + len(nodes)}] CPUs=1 State=UNKNOWN",
-        "PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
+        *(partitions or ["PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP"]), ""]))
     cluster = SlurmCluster(directory, nodes)
     try:
         cluster.start_controller()

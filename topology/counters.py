@@ -52,28 +52,26 @@ class PortCounters:
 
 def parse_perfquery(text: str) -> list[PortCounters]:
     """Every port block of a perfquery text; empty output (an unreachable port) is no blocks, not an error."""
-    blocks: list[PortCounters] = []
+    blocks: dict[tuple[int, int], PortCounters] = {}  # in the order last seen: a switch's file has 64 ports
+    current: PortCounters | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line:
             continue
         header = _HEADER.match(line)
         if header:
-            lid, port = int(header.group(1)), int(header.group(2))
-            same = next((block for block in blocks if (block.lid, block.port) == (lid, port)), None)
-            if same is None:
-                blocks.append(PortCounters(lid, port))
-            else:  # another block of the same port (-x then -E): one set of counters, in the order they came
-                blocks.remove(same)
-                blocks.append(same)
+            key = (int(header.group(1)), int(header.group(2)))
+            # another block of the same port (-x then -E): one set of counters, in the order they came
+            current = blocks.pop(key, None) or PortCounters(*key)
+            blocks[key] = current
             continue
         found = _FIELD.match(line)
         if found is None:
             raise CounterError(f"not a perfquery counter line: {line[:80]!r}", number)
-        if not blocks:
+        if current is None:
             raise CounterError("counters before any '# Port counters' header", number)
-        blocks[-1].values[found.group(1)] = int(found.group(2), 0)
-    return blocks
+        current.values[found.group(1)] = int(found.group(2), 0)
+    return list(blocks.values())
 
 
 @dataclass(frozen=True)

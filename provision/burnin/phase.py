@@ -35,6 +35,7 @@ from provision.sinks import slurm
 from provision.spec import LoadedSpec, acceptance
 from provision.spec.semantics import ResolvedNode
 from provision.state import NodeState, StateStore
+from provision.state.lifecycle import REVALIDATE_STAGE
 from topology import hostlist
 
 StageRunner = Callable[[PhaseContext, list[ResolvedNode]], list[NodeVerdict]]
@@ -170,6 +171,8 @@ def eligible(store: PlannedStore | StateStore | None, nodes: list[ResolvedNode],
             skipped[node.name] = "drained by an operator"
         elif record.state is NodeState.ADMITTED:
             skipped[node.name] = "already admitted"
+        elif record.state is NodeState.BURNING_IN and record.stage == REVALIDATE_STAGE:
+            skipped[node.name] = "being re-validated by the watch"
         elif record.state is NodeState.QUARANTINED and (record.stage not in stages or not retest_quarantined):
             skipped[node.name] = f"quarantined in {record.stage or 'an earlier phase'}: {record.reason}"
         else:

@@ -281,9 +281,23 @@ def _kernel_lines_read(gathered: Gathered) -> list[kernel_log.KernelLine]:
     return lines
 
 
+def _nvlink5(xid: kernel_log.Xid) -> bool:
+    """An NVLink 5 Xid (144-150), or one whose line says an NVLink 5 Xid caused it: ``nvlink5_xid``'s to judge."""
+    read = nvlink_domain.read_nvlink5(xid)
+    return xid.code in nvlink_domain.NVLINK5_XIDS or read.caused_by in nvlink_domain.NVLINK5_XIDS
+
+
+def check_nvlink5_xid(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """Xids 144-150 (NVLink 5: Blackwell's HGX boards and NVL72 trays) by what their lines say, fatal sub-codes
+    failing the GPU that logged them and consequences blamed on their root (``nvlink_domain.judge_nvlink5_xids``).
+    The generic ``xid`` check, which knows none of these codes, leaves them here."""
+    return [nvlink_domain.judge_nvlink5_xids(kernel_log.find_xids(_kernel_lines_read(gathered)))]
+
+
 def check_xid(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     lines = _kernel_lines_read(gathered)
-    xids = kernel_log.find_xids(lines)
+    every = kernel_log.find_xids(lines)
+    xids = [xid for xid in every if not _nvlink5(xid)]
     lost = kernel_log.find_lost_gpus(lines)
     hardware = [xid for xid in xids if xid.code in HARDWARE_XIDS]
     chosen, outcome = (hardware, Outcome.FAILED) if hardware or lost else (xids, Outcome.WARNING)
@@ -293,7 +307,9 @@ def check_xid(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
     remediation = {XID_REMEDIATION.get(xid.code, "see NVIDIA's Xid catalog") for xid in chosen}
     if lost:  # the hardware class of Xid 79, whether or not the driver printed one
         remediation.add(XID_REMEDIATION[79])
-    return [_result("xid", failures, "no Xid in the kernel log", "; ".join(sorted(remediation)), outcome=outcome)]
+    clean = "no Xid in the kernel log" if len(xids) == len(every) else \
+        f"no Xid but {len(every) - len(xids)} NVLink 5 one(s), nvlink5_xid's to judge"
+    return [_result("xid", failures, clean, "; ".join(sorted(remediation)), outcome=outcome)]
 
 
 def _owned_elsewhere(message: str) -> bool:
@@ -829,6 +845,7 @@ CHECKS: dict[tuple[str, ...], Evaluator] = {
     ("ecc",): check_ecc,
     ("row_remap",): check_row_remap,
     ("xid",): check_xid,
+    ("nvlink5_xid",): check_nvlink5_xid,
     ("kernel_log",): check_kernel_log,
     ("pcie_link",): check_pcie_link,
     ("rail_map",): check_rail_map,

@@ -9,21 +9,8 @@ from provision.catalog import GPU_MODELS
 from provision.checks import kernel_allowlist
 from provision.checks.preflight import Expectations
 from provision.spec import LoadedSpec
-from provision.spec.semantics import ResolvedNode, domain_trays
+from provision.spec.semantics import ResolvedNode, tray_place
 from provision.spec.thresholds import effective_thresholds
-
-
-def tray_place(loaded: LoadedSpec, node: ResolvedNode) -> tuple[int, str, tuple[str, ...]]:
-    """A compute tray's tray index in its domain (1-based, the domain's ``hosts`` order), the rack's chassis serial
-    where the spec names it, and the addresses of the domain's trays in that order (IMEX's peers); a node in no
-    domain has none."""
-    addresses = {other.name: other.address for other in loaded.nodes}
-    for domain in loaded.spec.nvlink_domains or []:
-        hosts = domain_trays(domain)
-        if node.name in hosts:
-            return (hosts.index(node.name) + 1, domain.chassis_serial or "",
-                    tuple(addresses[host] for host in hosts if host in addresses))
-    return 0, "", ()
 
 
 def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
@@ -34,7 +21,8 @@ def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
     if allowlist_file is not None and not allowlist_file.is_absolute():
         allowlist_file = loaded.path.parent / allowlist_file
     limits = effective_thresholds(profile, spec.fabric, spec.burnin.thresholds)
-    tray_index, chassis_serial, imex_peers = tray_place(loaded, node)
+    place = tray_place(loaded.spec.nvlink_domains or [], loaded.nodes, node.name)
+    tray_index, chassis_serial, imex_peers = place.index, place.chassis_serial, place.peers
     return Expectations(
         gpu_count=profile.gpu.count, gpu_model=gpu.name, driver=spec.software.gpu_driver,
         gpu_pcie=(profile.pcie.gpu.gen, profile.pcie.gpu.width),

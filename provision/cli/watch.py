@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -14,7 +15,7 @@ from provision.errors import EXIT_OK, EXIT_PROBLEMS
 from provision.run.context import SpecIdentity, mutating_run
 from provision.spec import LoadedSpec, load_spec
 from provision.state.lifecycle import WATCH
-from provision.watch.reconcile import ReconcileResult, reconcile
+from provision.watch.passes import PassResult, one_pass
 
 #: The longest wait between passes: a watch asked to stop answers within a pass and this.
 MAX_INTERVAL_S = 3600.0
@@ -32,8 +33,10 @@ MAX_INTERVAL_S = 3600.0
 def watch_command(spec: Path, once: bool, interval_s: float, clear_breaker: bool, state_dir: Path | None,
                   as_json: bool) -> int:
     """Read back what happened in Slurm since the last pass: a node node-check drained is quarantined with its
-    check; an administrator's drain or resume is recorded as theirs. Past watch.breaker (a share of the fleet
-    quarantined within a window) it acts on no node until --clear-breaker. SIGTERM ends it between passes."""
+    check; an administrator's drain or resume is recorded as theirs. Follow the fabric's UFM events, syslogs
+    and counters (watch.signals): a bad cable gets a ticket, its port disabled where the policy allows, and a
+    node it cut off is taken out of service. Past watch.breaker (a share of the fleet quarantined within a
+    window) it acts on no node until --clear-breaker. SIGTERM ends it between passes."""
     loaded = load_spec(spec)
     if loaded.spec.slurm is None:
         raise click.UsageError("the spec has no slurm section: there is nothing to watch yet")
@@ -50,9 +53,9 @@ def watch_command(spec: Path, once: bool, interval_s: float, clear_breaker: bool
         while True:
             with mutating_run(directory, WATCH, argv(), spec=SpecIdentity(loaded.path.resolve(), loaded.sha256),
                               wait_lock_s=interval_s) as run:
-                result = reconcile(loaded, run.store, run_id=run.id)
-                run.note("watch.reconcile", result.as_dict())
-                code = EXIT_PROBLEMS if result.unreachable else EXIT_OK
+                result = one_pass(loaded, run, directory, now=time.time())
+                run.note("watch.pass", result.as_dict())
+                code = EXIT_PROBLEMS if result.problems else EXIT_OK
                 run.conclude(code)
             _render(result, as_json)
             if once or stop.wait(interval_s):
@@ -82,20 +85,38 @@ def _clear(loaded: LoadedSpec, directory: Path, as_json: bool) -> int:
     return EXIT_OK
 
 
-def _render(result: ReconcileResult, as_json: bool) -> None:
+def _render(result: PassResult, as_json: bool) -> None:
     if as_json:
         emit_json(result.as_dict())
         return
-    if result.unreachable:
-        out.print(f"Slurm unreachable: {result.unreachable}; nothing read back this pass", markup=False)
-    elif result.pending:
+    reconciled = result.reconciled
+    if reconciled.unreachable:
+        out.print(f"Slurm unreachable: {reconciled.unreachable}; nothing read back this pass", markup=False)
+    elif reconciled.pending:
         out.print("a sync to Slurm is pending: nothing read back until it has gone through", markup=False)
-    elif not result.moves and not result.held:
+    elif not reconciled.moves and not reconciled.held:
         out.print("Slurm and the store agree.", markup=False)
-    for move in result.moves:
+    for move in reconciled.moves:
         by = f"the operator ({move.seen_operator}, seen in Slurm)" if move.seen_operator else "node-check"
         out.print(f"{move.node}: {move.target} by {by}: {move.reason}", markup=False)
-    if result.breaker:
-        out.print(f"breaker tripped: {result.breaker}; held: "
-                  + (", ".join(f"{move.node} ({move.reason})" for move in result.held) or "nothing new this pass")
+    if result.signals is not None:
+        read = sum(reading.lines for reading in result.signals.readings)
+        suspects = result.signals.judgement.suspects
+        out.print(f"fabric: {read} new line(s) or snapshot(s) read; "
+                  + (f"{len(suspects)} suspect cable(s)" if suspects else "no suspect cable"), markup=False)
+        for action in result.cables:
+            done = [part for part in ("ticket written" if action.ticket else "",
+                                      "port disabled" if action.disable else "", action.already) if part]
+            out.print(f"  {action.cable}: {action.klass}" + (f" ({'; '.join(done)})" if done else ""), markup=False)
+    for move in result.moves:
+        out.print(f"{move.node}: {move.target} by the watch: {move.reason}", markup=False)
+    for item in result.climbed:
+        out.print(f"{item.node}: ladder {item.step or item.action}: {item.outcome} ({item.why})", markup=False)
+    for problem in result.problems:
+        out.print(f"problem: {problem}", markup=False)
+    breaker = result.breaker or reconciled.breaker
+    if breaker:
+        held = [*reconciled.held, *result.held]
+        out.print(f"breaker tripped: {breaker}; held: "
+                  + (", ".join(f"{move.node} ({move.reason})" for move in held) or "nothing new this pass")
                   + "; clear with provision watch SPEC --clear-breaker once the cause is found", markup=False)

@@ -25,7 +25,8 @@ _ALL: tuple[Fact[Any], ...] = (
     infiniband.IBSTAT, infiniband.INFINIBAND, system.DF, system.SWAPS, system.CMDLINE, system.MACHINE,
     packages.MODULES,
     packages.PEERMEM_REGISTRATION, packages.FABRIC_MANAGER, packages.DPKG_STATUS,
-    nccl_tests.ALL_REDUCE_PERF, slurm.SLURM_NODES, slurm.SINFO, nvidia_smi.QUERY_XML, *dcgm.DIAG.values(),
+    nccl_tests.ALL_REDUCE_PERF, slurm.SLURM_NODES, slurm.SLURM_JOBS, slurm.SINFO, nvidia_smi.QUERY_XML,
+    *dcgm.DIAG.values(),
     dcgm.VERSION, nvidia_smi.GPU_FABRIC, imex.IMEX_STATUS, imex.IMEX_NODES, imex.IMEX_CONFIG, imex.IMEX_PEERS,
     imex.IMEX_CHANNELS, packages.NVLSM_START,
 )

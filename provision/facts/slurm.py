@@ -162,5 +162,71 @@ def parse_listing(text: str) -> list[dict[str, object]]:
     return [node.as_dict() for node in parse_nodes(text)]
 
 
+#: The fields of a job the watch reads (``scontrol -o show job``: one line per job, ``Key=value`` separated by
+#: spaces; only ``Command=`` and a few paths could hold a space, and none of these follows one).
+_JOB_KEY = re.compile(r"(?:^|\s)(JobId|JobName|JobState|Reason|ExitCode|Partition|NodeList|Restarts|SubmitTime|"
+                      r"StartTime|EndTime|StdOut)=(\S*)")
+#: What slurmctld says when it holds no job (a completed one is kept only ``MinJobAge``, 300 s by default).
+NO_JOBS = "No jobs in the system"
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as slurmctld holds it: its state (lower case: ``running``, ``pending``, ``completed``, ``failed``,
+    ``preempted``, ``cancelled``, ``timeout``, ``node_fail``, ...), why, and how it ended (exit code and signal)."""
+
+    job_id: str
+    name: str
+    state: str
+    reason: str
+    exit_code: int
+    signal: int
+    partition: str
+    nodes: tuple[str, ...]
+    restarts: int
+    submitted: str
+    started: str  # "" until it starts
+    ended: str  # "" until it ends
+    stdout: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"job_id": self.job_id, "name": self.name, "state": self.state, "reason": self.reason,
+                "exit_code": self.exit_code, "signal": self.signal, "partition": self.partition,
+                "nodes": list(self.nodes), "restarts": self.restarts, "submitted": self.submitted,
+                "started": self.started, "ended": self.ended, "stdout": self.stdout}
+
+
+def _time(value: str) -> str:
+    return "" if value in ("", "Unknown", "None", "N/A") else value
+
+
+def parse_jobs(text: str) -> list[SlurmJob]:
+    """Every job of ``scontrol -o show job``; ``No jobs in the system`` is none; a line that is not a job, or a job
+    without its id, state or exit code, is an error (never a job that silently passed)."""
+    jobs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.strip() == NO_JOBS:
+            continue
+        keys = dict(_JOB_KEY.findall(line))
+        missing = [key for key in ("JobId", "JobState", "ExitCode") if key not in keys]
+        if missing or not line.startswith("JobId="):  # -o prints each job on one line, its id first
+            raise SlurmOutputError(f"line {number}: not a job of scontrol -o show job (no {', '.join(missing)}): "
+                                   f"{line[:200]!r}")
+        code, _, signal = keys["ExitCode"].partition(":")
+        nodes = keys.get("NodeList", "")
+        jobs.append(SlurmJob(keys["JobId"], keys.get("JobName", ""), keys["JobState"].lower(),
+                             keys.get("Reason", "None"), int(code), int(signal or 0), keys.get("Partition", ""),
+                             tuple(hostlist.expand(nodes)) if nodes and nodes != "(null)" else (),
+                             int(keys.get("Restarts", "0")), _time(keys.get("SubmitTime", "")),
+                             _time(keys.get("StartTime", "")), _time(keys.get("EndTime", "")),
+                             keys.get("StdOut", "")))
+    return jobs
+
+
+def parse_job_listing(text: str) -> list[dict[str, object]]:
+    return [job.as_dict() for job in parse_jobs(text)]
+
+
 SLURM_NODES = command("slurm_nodes", ["scontrol", "-o", "show", "node"], parse_listing)
+SLURM_JOBS = command("slurm_jobs", ["scontrol", "-o", "show", "job"], parse_job_listing)
 SINFO = command("sinfo", ["sinfo"], parse_sinfo)

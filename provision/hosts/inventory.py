@@ -22,7 +22,7 @@ from provision.hosts.connection import connection_model
 from provision.sim import cluster as sim_cluster
 from provision.spec import LoadedSpec
 from provision.spec.keys import key_form
-from provision.spec.semantics import ResolvedNode, domain_trays
+from provision.spec.semantics import ResolvedNode, tray_place
 
 
 def driver_packages(loaded: LoadedSpec, nvswitch: bool) -> dict[str, str]:
@@ -60,12 +60,7 @@ def dcgm_packages(loaded: LoadedSpec) -> dict[str, str]:
 def imex_peers(loaded: LoadedSpec, node: ResolvedNode) -> list[str]:
     """The addresses of the trays of the node's NVLink domain, in the spec's order (IMEX's ``nodes_config.cfg``,
     the same on every tray); none for a node in no domain."""
-    addresses = {other.name: other.address for other in loaded.nodes}
-    for domain in loaded.spec.nvlink_domains or []:
-        trays = domain_trays(domain)
-        if node.name in trays:
-            return [addresses[tray] for tray in trays if tray in addresses]
-    return []
+    return list(tray_place(loaded.spec.nvlink_domains or [], loaded.nodes, node.name).peers)
 
 
 def host_vars(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> dict[str, Any]:

@@ -436,8 +436,12 @@ def analyse(view: FabricView, inputs: Inputs, store: StateStore | None) -> Repor
 
 
 def _history(item: linkhealth.CableHealth, store: StateStore | None) -> dict[str, Any]:
-    """The cable's last repair, the flaps seen since, and the next rung of the repair ladder."""
-    records = store.cable_history(cable_key(item.cable)) if store else []
+    return history_of(item, store.cable_history(cable_key(item.cable)) if store else [])
+
+
+def history_of(item: linkhealth.CableHealth, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cable's last repair, the flaps seen since, and the next rung of the repair ladder, from its history
+    (``StateStore.cable_history``)."""
     repairs = [record for record in records if record["kind"] == "repair"]
     earlier = [record for record in records if record["kind"] == "finding"]
     if not repairs:

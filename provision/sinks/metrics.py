@@ -90,7 +90,47 @@ def families(loaded: LoadedSpec, store: ReadStore, state_dir: Path) -> list[Fami
     state = store.breaker()
     breaker.add(1 if state and state["tripped"] else 0, cluster=cluster)
     return [*_node_families(loaded, store, cluster), *_run_families(runs, cluster), *_burnin_families(runs, cluster),
-            suspects, *soak_families(store, cluster), breaker]
+            suspects, *soak_families(store, cluster), breaker, *watch_families(store, runs, cluster)]
+
+
+#: What the watch has done, by kind (:meth:`StateStore.watch_actions`), each with its help.
+WATCH_ACTIONS = {
+    "quarantine_node-check": "nodes quarantined after node-check drained them in Slurm",
+    "quarantine_fabric": "nodes taken out of service because a cable cut their rail's only path",
+    "operator_seen": "administrators' drains and resumes read back from Slurm",
+    "ticket": "suspect cables ticketed",
+    "port_disabled": "switch ports disabled",
+}
+
+
+def watch_families(store: ReadStore, runs: list[dict[str, Any]], cluster: str) -> list[Family]:
+    """The watch's own (issue 56): what it has done by kind, and what its latest pass saw: the problems that kept
+    it from seeing (a silent source, Slurm unreadable), each source's health, the suspect cables by class. The
+    latest pass's time and exit code are ``provision_run_*{command="watch"}``."""
+    actions = Family("provision_watch_actions", "What the watch has done since the store began, by kind: "
+                     + "; ".join(f"{kind}: {text}" for kind, text in WATCH_ACTIONS.items()))
+    done = store.watch_actions()
+    for kind in WATCH_ACTIONS:
+        actions.add(done.get(kind, 0), cluster=cluster, kind=kind)
+    problems = Family("provision_watch_pass_problems", "Problems of the watch's latest pass: sources missing or "
+                      "unreadable, Slurm unreachable, disables that failed (silence is not health)")
+    sources = Family("provision_watch_source_ok", "1 when the watch's latest pass read the source without a "
+                     "problem, 0 otherwise")
+    cables = Family("provision_watch_suspect_cables", "Suspect cables the watch's latest pass judged, by class")
+    latest = next((row for row in runs if row["command"] == "watch" and row["finished_at"] is not None), None)
+    manifest = _load_json(Path(latest["run_dir"]) / "manifest.json") if latest else None
+    seen = manifest.get("watch.pass") if isinstance(manifest, dict) else None
+    if isinstance(seen, dict):
+        problems.add(len(seen.get("problems", [])), cluster=cluster)
+        signals = seen.get("signals") or {}
+        for reading in signals.get("sources", []):
+            sources.add(0 if reading.get("problem") else 1, cluster=cluster, source=reading["source"])
+        by_class: dict[str, int] = {}
+        for row in signals.get("suspects", []):
+            by_class[row["class"]] = by_class.get(row["class"], 0) + 1
+        for klass in ("down", "flapping", "erroring", "degraded"):
+            cables.add(by_class.get(klass, 0), cluster=cluster, **{"class": klass})
+    return [actions, problems, sources, cables]
 
 
 def _node_families(loaded: LoadedSpec, store: ReadStore, cluster: str) -> list[Family]:

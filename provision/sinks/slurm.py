@@ -29,6 +29,11 @@ from provision.state import NodeRecord, NodeState, StateStore
 from topology import hostlist
 
 PREFIX = "provision:"
+#: node-check's drain (``provision.node_check.on_node.DRAIN_PREFIX``) and the stage of the watch's quarantine when
+#: it reads one back (``provision.watch.reconcile.NODE_CHECK_STAGE``): named here, as the words and the stage are
+#: what the sync compares, and tied to both by a test.
+NODE_CHECK_DRAIN = "provision node-check:"
+NODE_CHECK_STAGE = "node-check"
 SINK = "slurm"
 BURNIN_OK = "burnin_ok"
 MAX_REASON = 240
@@ -68,6 +73,15 @@ class SyncPlan:
 
 def ours(node: SlurmNode) -> bool:
     return node.reason.startswith(PREFIX)
+
+
+def read_back(record: NodeRecord, node: SlurmNode) -> bool:
+    """node-check's own drain of a node the store holds quarantined at stage ``node-check``: the watch read it
+    back, so it is the store's decision now and the sync rewrites it as ours. Left as node-check's, it would hold
+    a node the watch's repair ladder later re-validates and returns (our sync resumes only our drains), and the
+    next pass would read the same drain back as a new failure."""
+    return (record.state is NodeState.QUARANTINED and record.stage == NODE_CHECK_STAGE
+            and node.reason.startswith(NODE_CHECK_DRAIN))
 
 
 def wanted_reason(record: NodeRecord) -> str:
@@ -117,6 +131,8 @@ def plan_sync(records: Sequence[NodeRecord], slurm: dict[str, SlurmNode], *, own
                 plan.actions.append(Action(record.name, "drain", reason, why=str(record.state)))
             elif ours(node) and node.reason != reason:
                 plan.actions.append(Action(record.name, "drain", reason, why="reason changed"))
+            elif read_back(record, node):
+                plan.actions.append(Action(record.name, "drain", reason, why="node-check's drain, read back"))
         if own_features is not None:
             wanted = set(own_features.get(record.name, ())) | ({BURNIN_OK} if admitted else set())
             current = set(node.available_features)

@@ -596,10 +596,64 @@ class WatchBreaker(Strict):
     window_minutes: Annotated[int, Field(ge=1, le=7 * 24 * 60)] = 60
 
 
+class WatchSignals(Strict):
+    """The passive sources ``provision watch`` follows as they grow, judged as ``topology flaps`` judges them
+    (``fabric.link_health``) over its window. Paths are relative to the spec's directory. A simulated cluster
+    given none follows its simulated fabric's own UFM log and counter snapshots."""
+
+    #: UFM's ``event.log`` files.
+    ufm_events: list[Path] = []
+    #: Syslog files holding the hosts' IB carrier lines (a syslog server's: one file, or one per host).
+    syslogs: list[Path] = []
+    #: A directory where counter snapshots arrive (``perfquery -x`` snapshot directories, each with its
+    #: ``captured_at``, or ibdiagnet ``db_csv`` files): each new one is compared with the one before it.
+    counters: Path | None = None
+    #: ``host netdev hca`` lines naming the HCA behind each IPoIB netdev the syslogs mention (without it the
+    #: hosts are asked).
+    netdev_map: Path | None = None
+    #: Disable (``ibportstate``) the switch port of a cable found down or flapping; without it the watch names
+    #: the cable and opens a ticket, and a person disables it.
+    disable_ports: bool = False
+
+
+#: A rung of the watch's repair ladder: re-validate the node as it is, reset its failing GPUs (``nvidia-smi -r``),
+#: power-cycle it through its BMC, burn it in again (every node stage, DCGM, a pair test with an admitted partner),
+#: or send it to RMA (held, with its evidence bundle, until ``provision return``).
+LadderStep = Literal["revalidate", "gpu_reset", "power_cycle", "reburnin", "rma"]
+
+
+class WatchLadder(Strict):
+    """The watch's repair ladder for a node it quarantined: per class of the check that failed, the steps in
+    order; after each (but ``rma``) the node is re-validated and returns to service on its own measurements, or
+    goes on to the next step. Past the last, or after ``rma_failures`` quarantines by the watch within
+    ``rma_window_days``, it goes to RMA. Classes: ``gpu`` (xid, ecc, row_remap, gpu_count, clocks, throttle,
+    nvlink, nvlink_errors, vbios), ``network`` (ib_ports, rail_map, a cable that cut its rail), ``host`` (every
+    other check)."""
+
+    gpu: list[LadderStep] = ["gpu_reset", "power_cycle", "reburnin", "rma"]
+    network: list[LadderStep] = ["revalidate", "power_cycle", "reburnin", "rma"]
+    host: list[LadderStep] = ["revalidate", "power_cycle", "reburnin", "rma"]
+    rma_failures: Annotated[int, Field(ge=1, le=100)] = 3
+    rma_window_days: Annotated[float, Field(gt=0, le=365)] = 30.0
+
+    @field_validator("gpu", "network", "host")
+    @classmethod
+    def _steps(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("give at least one step (a class with none would hold its nodes with no way back)")
+        if "rma" in value[:-1]:
+            raise ValueError("rma ends the ladder: a step after it would never run")
+        if len(set(value)) != len(value):
+            raise ValueError("a step twice: the second would repeat what already failed")
+        return value
+
+
 class WatchPolicy(Strict):
     """``provision watch``: what it may do to the admitted fleet."""
 
     breaker: WatchBreaker = WatchBreaker()
+    signals: WatchSignals = WatchSignals()
+    ladder: WatchLadder = WatchLadder()
 
 
 class SlurmIntegration(Strict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -568,6 +569,29 @@ def _check_faults(spec: ClusterSpec, nodes: dict[str, ResolvedNode], problems: l
 def domain_trays(domain: NvlinkDomain) -> list[str]:
     """A domain's compute trays in tray order (Platform Info's Tray Index 1, 2, ...): its ``hosts`` expanded."""
     return hostlist.expand(domain.hosts)
+
+
+@dataclass(frozen=True)
+class TrayPlace:
+    """Where the spec puts a compute tray: its index in its domain (1-based, the domain's ``hosts`` order; 0 for a
+    node in no domain), the rack's chassis serial where the spec names it, and the addresses of its domain's
+    trays in tray order (IMEX's ``nodes_config.cfg``, the same on every tray)."""
+
+    index: int = 0
+    chassis_serial: str = ""
+    peers: tuple[str, ...] = ()
+
+
+def tray_place(domains: Sequence[NvlinkDomain], nodes: Sequence[ResolvedNode], name: str) -> TrayPlace:
+    """The one reading of a tray's place, for what provisioning writes (IMEX's peers) and what preflight
+    expects (Platform Info's tray index and chassis serial, the peers IMEX reports) alike."""
+    addresses = {node.name: node.address for node in nodes}
+    for domain in domains:
+        trays = domain_trays(domain)
+        if name in trays:
+            return TrayPlace(trays.index(name) + 1, domain.chassis_serial or "",
+                             tuple(addresses[tray] for tray in trays if tray in addresses))
+    return TrayPlace()
 
 
 def _node_target_problem(spec: ClusterSpec, node: ResolvedNode, profile: HardwareProfile, kind: FaultKind,

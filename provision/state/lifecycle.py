@@ -37,13 +37,28 @@ OPERATOR_COMMANDS = frozenset({ADMIT, QUARANTINE, DRAIN, RETURN})
 #: Where a node stands for the table: its state, with a quarantine that provisioning made told apart (it is the
 #: only one ``apply`` retries).
 QUARANTINED_IN_PROVISIONING = "quarantined in provisioning"
+#: A node the watch took out of service (node-check's drain read back, a cable that cut its rail, a revalidation it
+#: failed): the watch's repair ladder works on it; nothing else of ours does (``apply`` leaves it, as any quarantine).
+QUARANTINED_BY_WATCH = "quarantined by the watch"
+#: A node the watch is re-validating after a step of its ladder: burning-in at the watch's own stage.
+REVALIDATING = "revalidating"
+#: The stages of the quarantines the watch makes and may take back: node-check's, a cut rail's, a failed
+#: revalidation's. ``rma`` is the watch's too, but a node sent to RMA is held until ``provision return``.
+WATCH_QUARANTINE_STAGES = frozenset({"node-check", "fabric", "revalidate"})
+#: The burn-in stage of a node the watch re-validates.
+REVALIDATE_STAGE = "revalidate"
 
 
 def standing(state: NodeState, stage: str | None, by_operator: bool) -> str:
     """The row of :data:`MOVES` a node is on: a quarantine made by the provision phase (stage ``provision``, not by
-    an operator) is :data:`QUARANTINED_IN_PROVISIONING`; every other state is itself."""
+    an operator) is :data:`QUARANTINED_IN_PROVISIONING`; one the watch made is :data:`QUARANTINED_BY_WATCH`; a
+    node the watch re-validates is :data:`REVALIDATING`; every other state is itself."""
     if state is NodeState.QUARANTINED and stage == "provision" and not by_operator:
         return QUARANTINED_IN_PROVISIONING
+    if state is NodeState.QUARANTINED and stage in WATCH_QUARANTINE_STAGES and not by_operator:
+        return QUARANTINED_BY_WATCH
+    if state is NodeState.BURNING_IN and stage == REVALIDATE_STAGE:
+        return REVALIDATING
     return state.value
 
 
@@ -53,7 +68,8 @@ def retried_by_provisioning(state: NodeState, stage: str | None, by_operator: bo
 
 
 _HELD = NodeState.QUARANTINED.value  # a quarantine the burn-in or an operator made
-_EVERY_STANDING = (*(state.value for state in NodeState), QUARANTINED_IN_PROVISIONING)
+_EVERY_STANDING = (*(state.value for state in NodeState), QUARANTINED_IN_PROVISIONING, QUARANTINED_BY_WATCH,
+                   REVALIDATING)
 
 
 def _moves() -> dict[tuple[str, NodeState], frozenset[str]]:
@@ -74,16 +90,23 @@ def _moves() -> dict[tuple[str, NodeState], frozenset[str]]:
     # the burn-in (in apply, or `provision burnin`): into a stage, through the stages, admitted or quarantined
     allow({APPLY, BURNIN}, (provisioned, burning), BURNING_IN)
     allow({APPLY, BURNIN}, (burning,), ADMITTED, QUARANTINED)
-    # an operator's re-test takes a node the burn-in held back in at the stage it failed; failing again holds it
-    allow({BURNIN}, (_HELD,), BURNING_IN, QUARANTINED)
+    # an operator's re-test takes a node the burn-in (or the watch) held back in at the stage it failed; failing
+    # again holds it
+    allow({BURNIN}, (_HELD, QUARANTINED_BY_WATCH), BURNING_IN, QUARANTINED)
     # the operator's own moves, from anywhere; a return from repair only from a quarantine
     allow({ADMIT}, _EVERY_STANDING, ADMITTED)
     allow({QUARANTINE}, _EVERY_STANDING, QUARANTINED)
     allow({DRAIN}, _EVERY_STANDING, DRAINED)
-    allow({RETURN}, (_HELD, QUARANTINED_IN_PROVISIONING), PROVISIONED)
-    # the watch: an admitted node node-check drained in Slurm is quarantined with the check (what an administrator
-    # did in Slurm the watch records as that administrator's own move: the operator's rows above)
+    allow({RETURN}, (_HELD, QUARANTINED_IN_PROVISIONING, QUARANTINED_BY_WATCH), PROVISIONED)
+    # the watch: an admitted node node-check drained in Slurm, or whose rail a cable cut, is quarantined with the
+    # reason (what an administrator did in Slurm the watch records as that administrator's own move: the
+    # operator's rows above); its repair ladder re-validates a node it quarantined after each step, returns it on
+    # its own measurements or holds it (at the next rung, or for RMA, which only `provision return` ends)
     allow({WATCH}, (admitted,), QUARANTINED)
+    allow({WATCH}, (QUARANTINED_BY_WATCH,), BURNING_IN, QUARANTINED)
+    # its ladder's `reburnin` rung hands the node back to the burn-in (every stage, partners and all): provisioned
+    allow({WATCH}, (QUARANTINED_BY_WATCH,), PROVISIONED)
+    allow({WATCH}, (REVALIDATING,), ADMITTED, QUARANTINED)
     return {key: frozenset(commands) for key, commands in table.items()}
 
 
@@ -109,5 +132,8 @@ def check_move(current: NodeState, target: NodeState, *, command: str, stage: st
         raise TransitionError(f"`provision {command}` cannot move a node from {source} to {target}{hint}")
     if target is NodeState.BURNING_IN and not stage:
         raise TransitionError("burning-in needs the stage the node is in")
+    if target is NodeState.BURNING_IN and (command == WATCH) != (stage == REVALIDATE_STAGE):
+        raise TransitionError(f"stage {REVALIDATE_STAGE} is the watch's re-validation, and the watch's only "
+                              "burn-in stage")
     if target in (NodeState.QUARANTINED, NodeState.DRAINED) and not reason.strip():
         raise TransitionError(f"{target} needs a reason")

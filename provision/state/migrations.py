@@ -152,6 +152,83 @@ MIGRATIONS: tuple[str, ...] = (
         run_id  TEXT
     );
     """,
+    # 8 -> 9: the watch's passive signals: where it stopped reading each source, and what it read there that is
+    # still inside the link-health window (a cable by one of its ends; times on the evidence's own clock); and a
+    # cable's record keeps the ports the watch disabled (the CHECK widened: the table rebuilt, every row kept); and
+    # the repair ladder's attempts, each in the episode (the watch's quarantine, by its transition) it belongs to
+    """
+    CREATE TABLE cable_history_v9 (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        cable   TEXT NOT NULL,
+        kind    TEXT NOT NULL CHECK (kind IN ('finding', 'repair', 'recheck', 'disabled')),
+        at      TEXT NOT NULL,
+        detail  TEXT NOT NULL DEFAULT '{}',
+        run_id  TEXT
+    );
+    INSERT INTO cable_history_v9 (id, cable, kind, at, detail, run_id)
+        SELECT id, cable, kind, at, detail, run_id FROM cable_history;
+    DROP TABLE cable_history;
+    ALTER TABLE cable_history_v9 RENAME TO cable_history;
+    CREATE INDEX cable_history_cable ON cable_history(cable, at);
+    CREATE TABLE watch_cursors (
+        source  TEXT PRIMARY KEY,
+        detail  TEXT NOT NULL,
+        at      TEXT NOT NULL,
+        run_id  TEXT
+    );
+    CREATE TABLE watch_observations (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        time        REAL NOT NULL,
+        cable_node  TEXT NOT NULL,
+        cable_port  INTEGER NOT NULL,
+        kind        TEXT NOT NULL,
+        source      TEXT NOT NULL,
+        end_node    TEXT,
+        end_port    INTEGER,
+        text        TEXT NOT NULL,
+        weight      INTEGER NOT NULL,
+        code        TEXT NOT NULL,
+        run_id      TEXT
+    );
+    CREATE INDEX watch_observations_time ON watch_observations(time);
+    CREATE TABLE watch_device_events (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        time    REAL NOT NULL,
+        device  TEXT NOT NULL,
+        up      INTEGER NOT NULL,
+        run_id  TEXT
+    );
+    CREATE INDEX watch_device_events_time ON watch_device_events(time);
+    CREATE TABLE watch_counter_deltas (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        cable_node  TEXT NOT NULL,
+        cable_port  INTEGER NOT NULL,
+        port_node   TEXT NOT NULL,
+        port        INTEGER NOT NULL,
+        start_time  REAL NOT NULL,
+        end_time    REAL NOT NULL,
+        counter     TEXT NOT NULL,
+        delta       INTEGER NOT NULL,
+        value_before INTEGER NOT NULL,
+        value_after INTEGER NOT NULL,
+        reset       INTEGER NOT NULL,
+        saturated   INTEGER NOT NULL,
+        run_id      TEXT
+    );
+    CREATE INDEX watch_counter_deltas_end ON watch_counter_deltas(end_time);
+    CREATE TABLE repair_attempts (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        node        TEXT NOT NULL REFERENCES nodes(name),
+        episode     INTEGER NOT NULL,
+        step        TEXT NOT NULL,
+        outcome     TEXT NOT NULL CHECK (outcome IN ('started', 'passed', 'failed')),
+        started_at  TEXT NOT NULL,
+        finished_at TEXT,
+        detail      TEXT NOT NULL DEFAULT '{}',
+        run_id      TEXT
+    );
+    CREATE INDEX repair_attempts_node ON repair_attempts(node, episode, id);
+    """,
 )
 
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from provision.errors import Refusal
 from provision.state.lifecycle import OPERATOR_COMMANDS, WATCH, NodeState, TransitionError, check_move
@@ -528,11 +528,155 @@ class StateStore:
                                "ORDER BY id", (to_state.value, stage, since)).fetchall()
         return [row["node"] for row in rows]
 
+    # -- the watch's passive signals ----------------------------------------------------------------------------
+
+    def watch_cursor(self, source: str) -> dict[str, Any] | None:
+        """Where the watch stopped reading ``source`` (``ufm:<path>``, ``syslog:<path>``, ``counters:<dir>``)."""
+        row = self.db.execute("SELECT detail FROM watch_cursors WHERE source = ?", (source,)).fetchone()
+        return None if row is None else dict(json.loads(row["detail"]))
+
+    def set_watch_cursor(self, source: str, detail: dict[str, Any], *, run_id: str | None) -> None:
+        with self.transaction():
+            self.db.execute("INSERT OR REPLACE INTO watch_cursors (source, detail, at, run_id) VALUES (?, ?, ?, ?)",
+                            (source, json.dumps(detail, sort_keys=True), now(), run_id))
+
+    def add_watch_signals(self, *, observations: Iterable[WatchObservation] = (),
+                          device_events: Iterable[tuple[float, str, bool]] = (),
+                          counter_deltas: Iterable[WatchCounterDelta] = (), run_id: str | None) -> None:
+        """What one pass read, kept until it leaves the window (:meth:`prune_watch_signals`)."""
+        with self.transaction():
+            self.db.executemany(
+                "INSERT INTO watch_observations (time, cable_node, cable_port, kind, source, end_node, end_port, "
+                "text, weight, code, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(*row, run_id) for row in observations])
+            self.db.executemany("INSERT INTO watch_device_events (time, device, up, run_id) VALUES (?, ?, ?, ?)",
+                                [(time, device, int(up), run_id) for time, device, up in device_events])
+            self.db.executemany(
+                "INSERT INTO watch_counter_deltas (cable_node, cable_port, port_node, port, start_time, end_time, "
+                "counter, delta, value_before, value_after, reset, saturated, run_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(*row[:10], int(row[10]), int(row[11]), run_id) for row in counter_deltas])
+
+    def watch_signals_since(self, since: float) -> tuple[list[WatchObservation], list[tuple[float, str, bool]],
+                                                          list[WatchCounterDelta]]:
+        """Every kept observation, device event and counter delta at or after ``since`` (the evidence's clock),
+        in time order."""
+        observations = [WatchObservation(*row) for row in self.db.execute(
+            "SELECT time, cable_node, cable_port, kind, source, end_node, end_port, text, weight, code "
+            "FROM watch_observations WHERE time >= ? ORDER BY time, id", (since,))]
+        devices = [(row[0], row[1], bool(row[2])) for row in self.db.execute(
+            "SELECT time, device, up FROM watch_device_events WHERE time >= ? ORDER BY time, id", (since,))]
+        deltas = [WatchCounterDelta(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9],
+                                    bool(row[10]), bool(row[11])) for row in self.db.execute(
+            "SELECT cable_node, cable_port, port_node, port, start_time, end_time, counter, delta, value_before, "
+            "value_after, reset, saturated FROM watch_counter_deltas WHERE end_time >= ? ORDER BY end_time, id",
+            (since,))]
+        return observations, devices, deltas
+
+    def watch_actions(self) -> dict[str, int]:
+        """How often the watch has acted, by kind, over the store's life: its quarantines by stage
+        (``quarantine_node-check``, ``quarantine_fabric``), the operators' moves it read back from Slurm
+        (``operator_seen``), the cables it ticketed (``ticket``) and the ports it disabled (``port_disabled``)."""
+        found: dict[str, int] = {}
+        for row in self.db.execute(
+                "SELECT transitions.stage AS stage, transitions.by_operator AS by_operator, COUNT(*) AS n "
+                "FROM transitions JOIN runs ON transitions.run_id = runs.id WHERE runs.command = ? "
+                "GROUP BY transitions.stage, transitions.by_operator", (WATCH,)):
+            kind = "operator_seen" if row["by_operator"] else f"quarantine_{row['stage']}"
+            found[kind] = found.get(kind, 0) + int(row["n"])
+        for row in self.db.execute(
+                "SELECT kind, COUNT(*) AS n FROM cable_history WHERE json_extract(detail, '$.source') = 'watch' "
+                "GROUP BY kind"):
+            found["ticket" if row["kind"] == "finding" else "port_disabled"] = int(row["n"])
+        return found
+
+    # -- the watch's repair ladder -------------------------------------------------------------------------------
+
+    def watch_episode(self, node: str) -> int | None:
+        """The node's current episode: the id of the watch's quarantine that began it (the latest move of the node
+        into a quarantine of the watch's, at node-check or fabric), None when the watch never quarantined it."""
+        row = self.db.execute(
+            "SELECT transitions.id FROM transitions JOIN runs ON transitions.run_id = runs.id WHERE "
+            "transitions.node = ? AND runs.command = ? AND transitions.to_state = ? AND transitions.from_state = ? "
+            "ORDER BY transitions.id DESC LIMIT 1",
+            (node, WATCH, NodeState.QUARANTINED.value, NodeState.ADMITTED.value)).fetchone()
+        return None if row is None else int(row[0])
+
+    def watch_quarantines_since(self, node: str, since: str) -> int:
+        """How often the watch took the node out of service at or after ``since`` (an ISO time)."""
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM transitions JOIN runs ON transitions.run_id = runs.id WHERE transitions.node = ? "
+            "AND runs.command = ? AND transitions.to_state = ? AND transitions.from_state = ? AND transitions.at >= ?",
+            (node, WATCH, NodeState.QUARANTINED.value, NodeState.ADMITTED.value, since)).fetchone()
+        return int(row[0])
+
+    def start_attempt(self, node: str, episode: int, step: str, *, run_id: str) -> int:
+        """A rung of the ladder, recorded before anything is done to the node: a watch killed during it knows."""
+        with self.transaction():
+            cursor = self.db.execute(
+                "INSERT INTO repair_attempts (node, episode, step, outcome, started_at, run_id) "
+                "VALUES (?, ?, ?, 'started', ?, ?)", (node, episode, step, now(), run_id))
+        return int(cursor.lastrowid or 0)
+
+    def finish_attempt(self, attempt: int, outcome: str, detail: dict[str, Any]) -> None:
+        with self.transaction():
+            self.db.execute("UPDATE repair_attempts SET outcome = ?, finished_at = ?, detail = ? WHERE id = ?",
+                            (outcome, now(), json.dumps(detail, sort_keys=True), attempt))
+
+    def attempts(self, node: str, episode: int) -> list[dict[str, Any]]:
+        """The rungs tried in one episode, in order: {id, step, outcome, started_at, finished_at, detail}."""
+        rows = self.db.execute("SELECT * FROM repair_attempts WHERE node = ? AND episode = ? ORDER BY id",
+                               (node, episode)).fetchall()
+        return [{"id": row["id"], "step": row["step"], "outcome": row["outcome"], "started_at": row["started_at"],
+                 "finished_at": row["finished_at"], "detail": json.loads(row["detail"])} for row in rows]
+
+    def prune_watch_signals(self, before: float) -> int:
+        """Forget what is older than ``before`` (outside every window the watch judges): the store stays bounded
+        however long the watch runs."""
+        with self.transaction():
+            removed = self.db.execute("DELETE FROM watch_observations WHERE time < ?", (before,)).rowcount
+            removed += self.db.execute("DELETE FROM watch_device_events WHERE time < ?", (before,)).rowcount
+            removed += self.db.execute("DELETE FROM watch_counter_deltas WHERE end_time < ?", (before,)).rowcount
+        return int(removed)
+
     def cable_history(self, cable: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT kind, at, detail, run_id FROM cable_history WHERE cable = ? ORDER BY at, id",
                                (cable,)).fetchall()
         return [{"kind": row["kind"], "at": row["at"], "detail": json.loads(row["detail"]), "run_id": row["run_id"]}
                 for row in rows]
+
+
+class WatchObservation(NamedTuple):
+    """One thing a passive source said about a cable (``topology.linkhealth.Observation``, flattened for the
+    store: the cable by its first end)."""
+
+    time: float
+    cable_node: str
+    cable_port: int
+    kind: str
+    source: str
+    end_node: str | None
+    end_port: int | None
+    text: str
+    weight: int
+    code: str
+
+
+class WatchCounterDelta(NamedTuple):
+    """One error counter's change on one port between two snapshots (``topology.counters.CounterDelta``)."""
+
+    cable_node: str
+    cable_port: int
+    port_node: str
+    port: int
+    start: float
+    end: float
+    counter: str
+    delta: int
+    before: int
+    after: int
+    reset: bool
+    saturated: bool
 
 
 def _node(row: sqlite3.Row) -> NodeRecord:

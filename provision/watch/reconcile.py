@@ -36,6 +36,11 @@ from provision.watch import breaker
 _CHECK = re.compile(r"^\S+: (?P<check>[a-z0-9_]+): (?P<message>.*)$")
 #: The stage of a quarantine the watch reads back from a node-check drain.
 NODE_CHECK_STAGE = "node-check"
+#: The stage of a quarantine the watch makes for a node its fabric cut off (its rail's only cable down or
+#: disabled): :mod:`provision.watch.cables`.
+FABRIC_STAGE = "fabric"
+#: The stages of the watch's own quarantines, which its breaker counts.
+WATCH_STAGES = (NODE_CHECK_STAGE, FABRIC_STAGE)
 #: Slurm's states in which a resumed node can take work again.
 _SERVING = frozenset({"idle", "allocated", "mixed", "completing"})
 
@@ -119,13 +124,20 @@ def reconcile(loaded: LoadedSpec, store: StateStore, *, run_id: str) -> Reconcil
         nodes = slurm.client_for(loaded).nodes()
     except slurm.SlurmUnreachable as error:
         return ReconcileResult([], unreachable=str(error), pending=pending)
-    records = store.nodes()
-    moves = plan_reconcile(records, nodes, sync_pending=pending)
-    moves, held, why = _through_breaker(loaded, store, records, moves, run_id=run_id)
-    for move in moves:
+    moves = plan_reconcile(store.nodes(), nodes, sync_pending=pending)
+    moves, held, why = make_moves(loaded, store, moves, run_id=run_id)
+    return ReconcileResult(moves, pending=pending, held=held, breaker=why)
+
+
+def make_moves(loaded: LoadedSpec, store: StateStore, moves: list[Move], *,
+               run_id: str) -> tuple[list[Move], list[Move], str]:
+    """The watch's moves made through its breaker, each in the node's history: those made, those held, and why
+    the breaker is tripped (empty: it is not)."""
+    made, held, why = _through_breaker(loaded, store, store.nodes(), moves, run_id=run_id)
+    for move in made:
         store.transition(move.node, move.target, run_id=run_id, stage=move.stage, reason=move.reason,
                          evidence=move.evidence, seen_operator=move.seen_operator)
-    return ReconcileResult(moves, pending=pending, held=held, breaker=why)
+    return made, held, why
 
 
 def _through_breaker(loaded: LoadedSpec, store: StateStore, records: Sequence[NodeRecord], moves: list[Move], *,
@@ -143,7 +155,7 @@ def _through_breaker(loaded: LoadedSpec, store: StateStore, records: Sequence[No
         return seen, own, str(detail.get("why", "tripped"))
     policy = loaded.spec.watch.breaker
     since = (datetime.now(UTC) - timedelta(minutes=policy.window_minutes)).isoformat(timespec="milliseconds")
-    acted = len(store.moves_since(NodeState.QUARANTINED, NODE_CHECK_STAGE, since))
+    acted = sum(len(store.moves_since(NodeState.QUARANTINED, stage, since)) for stage in WATCH_STAGES)
     fleet = sum(1 for record in records if record.in_spec and record.state is NodeState.ADMITTED)
     decision = breaker.judge(policy, fleet=fleet, acted=acted, proposed=len(own))
     if not decision.tripped:

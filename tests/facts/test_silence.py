@@ -113,7 +113,8 @@ def test_no_check_passes_on_a_degraded_fact(host, name: str, degraded: str) -> N
 def test_every_registered_fact_is_walked() -> None:
     # judged elsewhere, each with its own silence test (the soak's telemetry: test_soak_trends, a series that
     # stopped is unknown)
-    others = {"nccl_all_reduce_perf", "slurm_nodes", "sinfo", "gpu_query_fields", "query_xml", "gpu_telemetry",
+    others = {"nccl_all_reduce_perf", "slurm_nodes", "slurm_jobs", "sinfo",
+              "gpu_query_fields", "query_xml", "gpu_telemetry",
               *(f"dcgm_diag_r{level}" for level in (1, 2, 3, 4)),
               # an NVLink domain's, judged by provision.checks.nvlink_domain (tests/checks/test_nvlink_domain.py)
               "gpu_fabric", "imex_status", "imex_nodes", "imex_config", "imex_peers", "imex_channels", "nvlsm_start"}
@@ -176,6 +177,24 @@ def test_slurm_listings_refuse_a_degraded_output(case: Path, degraded: str) -> N
         return
     with pytest.raises(ValueError):
         parse(output)
+
+
+JOBS = (Path(__file__).parents[1] / "facts" / "slurm_jobs" / "revalidations_and_a_user_job.json")
+
+
+@pytest.mark.parametrize("degraded", sorted(DEGRADED))
+def test_a_degraded_job_listing_never_shows_a_job_that_ended_well(degraded: str) -> None:
+    """The watch reads its revalidation jobs' ends from this listing: a cut or foreign text is refused, and an empty
+    one holds no job (the watch then says it cannot tell how its job ended: never that it passed)."""
+    from provision.facts.slurm import parse_jobs
+
+    output = DEGRADED[degraded](json.loads(JOBS.read_text())["output"])
+    try:
+        jobs = parse_jobs(output)
+    except ValueError:
+        return
+    assert not [job for job in jobs if job.state == "completed" and job.exit_code == 0], degraded
+    assert degraded != "unknown prefix", "a line with a foreign prefix was read as a job"
 
 
 def test_the_healthy_host_passes_every_check_it_reads(host) -> None:

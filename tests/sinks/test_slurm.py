@@ -57,6 +57,29 @@ def test_the_plan_drains_what_is_not_admitted_and_resumes_only_our_drains() -> N
 
 
 @pytest.mark.fast
+def test_node_checks_drain_read_back_by_the_watch_becomes_ours() -> None:
+    """The watch quarantined the node at node-check (issue 56): its drain is rewritten as ours, so a later
+    re-admission by the watch's ladder resumes it (instead of leaving it for an administrator and reading it back
+    again as a new failure). node-check's drain of a node the store still admits stays node-check's."""
+    from provision.node_check.on_node import DRAIN_PREFIX
+    from provision.sinks.slurm import NODE_CHECK_DRAIN, NODE_CHECK_STAGE
+    from provision.watch.reconcile import NODE_CHECK_STAGE as WATCH_STAGE
+
+    assert (NODE_CHECK_DRAIN, NODE_CHECK_STAGE) == (DRAIN_PREFIX, WATCH_STAGE)
+    drain = "provision node-check: a: xid: Xid 79 on GPU 0000:18:00: GPU has fallen off the bus."
+    read = _record("a", NodeState.QUARANTINED, stage="node-check", reason="node-check/xid: Xid 79", run_id="W1")
+    plan = plan_sync([read, _record("b", NodeState.ADMITTED)],
+                     {"a": _slurm("a", flags=("drain",), reason=drain), "b": _slurm("b", flags=("drain",),
+                                                                                   reason=drain.replace("a:", "b:"))})
+    assert [(action.node, action.kind, action.reason) for action in plan.actions] == [
+        ("a", "drain", "provision: node-check/xid: Xid 79 (run W1)")]
+    assert plan.held_by_admin == {"b": drain.replace("a:", "b:")}
+    back = plan_sync([_record("a", NodeState.ADMITTED)], {"a": _slurm("a", flags=("drain",),
+                                                                      reason=plan.actions[0].reason)})
+    assert [(action.node, action.kind) for action in back.actions] == [("a", "resume")]
+
+
+@pytest.mark.fast
 def test_features_follow_the_store_and_foreign_features_stay() -> None:
     own = {"a": ("h100-sxm-80gb", "rails8"), "b": ("h100-sxm-80gb", "rails8")}
     managed = frozenset({"burnin_ok", "h100-sxm-80gb", "rails8"})
@@ -174,7 +197,7 @@ def test_node_check_as_health_check_program_drains_a_node_after_an_xid(tmp_path:
     """slurmd runs ``provision node-check --drain`` on each node every HealthCheckInterval; an Xid injected into an
     admitted, healthy node drains it with the check's reason within one interval, and nothing else is drained;
     ``provision watch --once`` then reads the drain back: the node is quarantined in the store with its check
-    (issue 56), and the sync after the watch's run leaves node-check's drain as it is."""
+    (issue 56), and the sync after the watch's run makes node-check's drain the store's (``provision: ...``)."""
     import sys
     import time
 
@@ -220,7 +243,9 @@ def test_node_check_as_health_check_program_drains_a_node_after_an_xid(tmp_path:
         assert moves[0]["reason"].startswith("node-check/xid: Xid 79"), moves
         again = json.loads(run_cli("watch", str(spec), "--once", "--json", timeout=60).stdout)
         assert again["moves"] == [], "read back once"
-        assert cluster.sinfo_reasons()["sim02"] == reasons["sim02"], "the sync leaves node-check's drain as it is"
+        # the store decides sim02 now: the sync after the watch's run made node-check's drain ours, so the ladder
+        # can return the node (our sync resumes only our own drains)
+        assert cluster.sinfo_reasons()["sim02"].startswith("provision: node-check/xid: Xid 79"), cluster.sinfo_reasons()
     status = {row["name"]: row for row in json.loads(run_cli("status", str(spec), "--json").stdout)["nodes"]}
     assert (status["sim02"]["state"], status["sim01"]["state"]) == ("quarantined", "admitted")
     assert set(reasons) == {"sim02"}

@@ -87,9 +87,17 @@ def _bring(store: StateStore, name: str, standing: str) -> None:
             "quarantined": [(NodeState.PROVISIONED, None), (NodeState.BURNING_IN, "node"),
                             (NodeState.QUARANTINED, "node")],
             lifecycle.QUARANTINED_IN_PROVISIONING: [(NodeState.QUARANTINED, "provision")],
+            lifecycle.QUARANTINED_BY_WATCH: [(NodeState.PROVISIONED, None), (NodeState.BURNING_IN, "node"),
+                                             (NodeState.ADMITTED, None), (NodeState.QUARANTINED, "node-check")],
+            lifecycle.REVALIDATING: [(NodeState.PROVISIONED, None), (NodeState.BURNING_IN, "node"),
+                                     (NodeState.ADMITTED, None), (NodeState.QUARANTINED, "node-check"),
+                                     (NodeState.BURNING_IN, "revalidate")],
             "drained": []}[standing]
+    watch = recorded_run(store, "watch", "walk-watch") if store.db.execute(
+        "SELECT 1 FROM runs WHERE id = 'walk-watch'").fetchone() is None else "walk-watch"
     for target, stage in path:
-        store.transition(name, target, run_id=apply, stage=stage, reason=held)
+        by_watch = stage in ("node-check", "revalidate")  # the watch's own moves
+        store.transition(name, target, run_id=watch if by_watch else apply, stage=stage, reason=held)
     if standing == "drained":
         store.transition(name, NodeState.DRAINED, run_id=recorded_run(store, "drain"), reason="by hand")
 
@@ -98,7 +106,8 @@ def test_every_move_is_made_only_by_the_commands_the_table_names(tmp_path: Path)
     """The walk of the table: from every standing, to every state, by every command that moves nodes; the store
     allows exactly the moves :data:`lifecycle.MOVES` gives that command, and a refused move leaves no trace."""
     commands = ["apply", "burnin", "admit", "quarantine", "drain", "return", "watch"]
-    standings = [*(state.value for state in NodeState), lifecycle.QUARANTINED_IN_PROVISIONING]
+    standings = [*(state.value for state in NodeState), lifecycle.QUARANTINED_IN_PROVISIONING,
+                 lifecycle.QUARANTINED_BY_WATCH, lifecycle.REVALIDATING]
     with StateStore(tmp_path / "state") as store:
         store.db.execute("PRAGMA synchronous=OFF")  # a thousand small transactions: the walk, not the disk
         recorded_run(store, "apply", "walk-apply")
@@ -111,8 +120,9 @@ def test_every_move_is_made_only_by_the_commands_the_table_names(tmp_path: Path)
                     _bring(store, name, standing)
                     before = store.history(name)
                     expected = command in lifecycle.MOVES.get((standing, target), frozenset())
+                    stage = lifecycle.REVALIDATE_STAGE if command == "watch" else "node"  # the watch's own stage
                     try:
-                        store.transition(name, target, run_id=runs[command], stage="node", reason="walk")
+                        store.transition(name, target, run_id=runs[command], stage=stage, reason="walk")
                     except TransitionError as refusal:
                         assert not expected, f"{command}: {standing} -> {target} refused: {refusal}"
                         assert store.history(name) == before
@@ -137,6 +147,14 @@ def test_a_quarantine_the_burn_in_made_holds_until_a_repair_or_a_retest() -> Non
     assert not lifecycle.retried_by_provisioning(NodeState.QUARANTINED, "provision", True), "an operator's holds"
     assert lifecycle.retried_by_provisioning(NodeState.QUARANTINED, "provision", False)
     assert not lifecycle.retried_by_provisioning(NodeState.BURNING_IN, "node", False)
+    assert not [target for (origin, target), commands in lifecycle.MOVES.items()
+                if origin in (lifecycle.QUARANTINED_BY_WATCH, lifecycle.REVALIDATING) and "apply" in commands]
+    by_watch = lifecycle.QUARANTINED_BY_WATCH
+    assert lifecycle.MOVES[(by_watch, NodeState.BURNING_IN)] == {"burnin", "watch"}
+    assert "watch" not in lifecycle.MOVES.get((by_watch, NodeState.ADMITTED), frozenset()), "only re-validated"
+    assert lifecycle.MOVES[(lifecycle.REVALIDATING, NodeState.ADMITTED)] == {"watch", "admit"}
+    assert "watch" not in lifecycle.MOVES.get((held, NodeState.BURNING_IN), frozenset()), "the burn-in's holds"
+    assert lifecycle.standing(NodeState.QUARANTINED, "rma", False) == held, "RMA: held until a return"
     assert lifecycle.retried_by_provisioning(NodeState.ADMITTED, None, False)
 
 

@@ -1,0 +1,47 @@
+"""The revalidation of idle nodes (issue 56, item 4), its pure part: which nodes are due, and what each way a job
+can end says of its node, read from ``scontrol -o show job`` as this machine's slurmctld printed it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from provision.facts.slurm import parse_jobs
+from provision.watch.revalidate import ERROR, FAILED, LOST, PASSED, PREEMPTED, RUNNING, due, read_ends
+
+pytestmark = pytest.mark.fast
+CASES = Path(__file__).parents[1] / "facts" / "slurm_jobs"
+
+
+def _jobs(case: str):  # type: ignore[no-untyped-def]
+    return parse_jobs(json.loads((CASES / f"{case}.json").read_text())["output"])
+
+
+def test_each_end_of_a_job_is_a_verdict_only_when_its_checks_ran_to_the_end() -> None:
+    ends = read_ends(_jobs("revalidations_and_a_user_job"), {"1": "sim01", "2": "sim02", "7": "sim03"})
+    assert [(end.node, end.verdict, end.judged) for end in ends] == [
+        ("sim01", PREEMPTED, False), ("sim02", FAILED, True), ("sim03", LOST, False)]
+    assert "a user's job took the node" in ends[0].detail and ends[1].detail == "exit 3"
+    assert "unknown" in ends[2].detail, "a job slurmctld forgot is never taken as passed"
+    [passed] = read_ends(_jobs("completed"), {"2": "sim02"})
+    assert (passed.verdict, passed.judged) == (PASSED, True)
+    [running] = read_ends(_jobs("running"), {"1": "sim01"})
+    assert running.verdict == RUNNING and not running.ended
+    [requeued] = read_ends(_jobs("requeued_by_a_user_job"), {"1": "sim01"})
+    assert requeued.verdict == RUNNING, "requeued: pending again, its checks not run yet"
+    [foreign] = read_ends(_jobs("revalidations_and_a_user_job"), {"3": "sim01"})
+    assert foreign.verdict == ERROR and "not this node's revalidation" in foreign.detail
+    assert read_ends(_jobs("no_jobs"), {"4": "sim02"})[0].verdict == LOST
+
+
+def test_the_idle_nodes_waiting_longest_are_due_within_the_passs_share() -> None:
+    day = 86400.0
+    now = 10 * day
+    last = {"a": now - 8 * day, "b": now - 9 * day, "c": now - 1 * day, "e": now - 8 * day}
+    chosen = due(["a", "b", "c", "d", "e"], last, idle={"a", "b", "c", "d"}, underway=set(), now=now, every_s=7 * day,
+                 limit=2)
+    assert chosen == ["d", "b"], "never re-validated first, then the longest ago; e is busy with a user's job"
+    assert due(["a", "b"], last, idle={"a", "b"}, underway={"b"}, now=now, every_s=7 * day, limit=5) == ["a"]
+    assert due(["c"], last, idle={"c"}, underway=set(), now=now, every_s=7 * day, limit=5) == []
