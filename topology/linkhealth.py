@@ -160,14 +160,19 @@ def add_event_log(evidence: Evidence, fabric: Fabric, log: EventLog) -> None:
                                                  event.line, weight, f"ufm {event.code}"))
         if event.serial:
             evidence.serials[cable] = event.serial
+    add_reboots(evidence, ((reboot.time, reboot.device, reboot.up) for reboot in log.reboots))
+
+
+def add_reboots(evidence: Evidence, events: Iterable[tuple[float, str, bool]]) -> None:
+    """Switch reboots as (time, device, up) in time order, paired into windows; a device seen going down and never
+    up again gets a window of the margin's length."""
     opened: dict[str, float] = {}
-    for reboot in log.reboots:
-        if not reboot.up:
-            opened[reboot.device] = reboot.time
+    for time, device, up in events:
+        if not up:
+            opened[device] = time
         else:
-            evidence.reboots.setdefault(reboot.device, []).append((opened.pop(reboot.device, reboot.time),
-                                                                  reboot.time))
-    for device, start in opened.items():  # down, never seen up again: a window of the margin's length
+            evidence.reboots.setdefault(device, []).append((opened.pop(device, time), time))
+    for device, start in opened.items():
         evidence.reboots.setdefault(device, []).append((start, start))
 
 

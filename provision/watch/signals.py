@@ -324,14 +324,7 @@ def judge(store: StateStore, fabric: Fabric, health: LinkHealth, *, until: float
         end = (row.end_node, row.end_port) if row.end_node is not None and row.end_port is not None else None
         found.observations.append(linkhealth.Observation(row.time, cable, row.kind, row.source, end, row.text,
                                                          row.weight, row.code))
-    opened: dict[str, float] = {}
-    for time, device, up in devices:
-        if not up:
-            opened[device] = time
-        else:
-            found.reboots.setdefault(device, []).append((opened.pop(device, time), time))
-    for device, start in opened.items():
-        found.reboots.setdefault(device, []).append((start, start))
+    linkhealth.add_reboots(found, devices)
     # a counter's growth over the window, not per snapshot interval: snapshots every few minutes would each stay
     # under a threshold that a day's growth passes (``topology flaps`` compares two snapshots a day apart)
     grown: dict[tuple[str, int, str, int, str], list[WatchCounterDelta]] = {}
