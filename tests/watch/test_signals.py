@@ -148,3 +148,25 @@ def test_the_hosts_carrier_lines_are_mapped_to_their_rail_cable(fabric: Fabric, 
     assert reading.problem == "" and reading.observations == 1 and reading.unmatched == 1
     [suspect] = result.judgement.suspects
     assert suspect.cable == fabric.cable_at(("sim03/mlx5_0", 1)) and suspect.klass == "down"
+
+
+def test_the_specs_sources_are_followed_relative_to_it_and_a_simulated_cluster_follows_its_own(tmp_path: Path) -> None:
+    """``watch.signals``' paths act: resolved against the spec's folder; without any, a simulated cluster's own
+    UFM log and counter snapshots are followed."""
+    import yaml
+
+    from provision.watch.signals import sources_of
+    from tests.simhelpers import write_spec
+
+    spec = write_spec(tmp_path, [])
+    state = tmp_path / "state"
+    default = sources_of(load_spec(spec), state)
+    assert default.ufm_events == [state / "sim" / "fabric" / "ufm" / "event.log"]
+    assert default.counters == state / "sim" / "fabric" / "counters" and default.syslogs == []
+    data = yaml.safe_load(spec.read_text())
+    data["watch"] = {"signals": {"ufm_events": ["ufm/event.log"], "syslogs": ["/var/log/ib.log"],
+                                 "counters": "snapshots", "netdev_map": "netdev.map"}}
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    given = sources_of(load_spec(spec), state)
+    assert given.ufm_events == [tmp_path / "ufm" / "event.log"] and given.syslogs == [Path("/var/log/ib.log")]
+    assert (given.counters, given.netdev_map) == (tmp_path / "snapshots", tmp_path / "netdev.map")
