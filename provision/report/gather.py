@@ -60,6 +60,7 @@ class ReportData:
     acceptance: str = ""  # what the soak demonstrated against admission.acceptance, as the burn-in said it
     soak: list[dict[str, Any]] = field(default_factory=list)  # per node plotted: its thinned series and findings
     soak_note: str = ""  # which nodes' telemetry is plotted, of how many soaked
+    forecasts: list[dict[str, Any]] = field(default_factory=list)  # components with a trend, flagged first
     baseline: list[dict[str, Any]] = field(default_factory=list)  # per profile and figure: the delivery against it
     returned: list[dict[str, Any]] = field(default_factory=list)  # nodes back from repair: before and after
 
@@ -163,6 +164,23 @@ def soak_rows(store: ReadStore, campaign: str | None, cards: list[dict[str, Any]
     note = (f"{len(chosen)} of {len(soaked)} soaked node(s) plotted: every node the soak failed"
             f"{f' and {len(chosen) - len(failed)} healthy for reference' if len(chosen) > len(failed) else ''}")
     return rows, note
+
+
+def forecast_rows(store: ReadStore) -> list[dict[str, Any]]:
+    """Every component with a trend (flagged ones first), with its series counted from its first sample, thinned
+    for plotting: the series a soak's forecast was made from (the watch's are to come)."""
+    rows = []
+    for row in sorted(store.forecasts(), key=lambda row: (not row["flagged"], row["node"], row["component"])):
+        if row["hours"] is None:
+            continue
+        points: list[tuple[float, float]] = []
+        source, _, campaign = row["source"].partition(":")
+        if source == "soak":
+            samples = store.soak_series(campaign, row["node"], [row["component"]]).get(row["component"], [])
+            base = samples[0][1] if samples else 0.0
+            points = [(round(at / 3600, 4), value - base) for at, value in plots.thin(samples)]
+        rows.append({**row, "points": points})
+    return rows
 
 
 def node_records(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -336,6 +354,7 @@ def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
                     "reason": record.reason} for record in in_spec],
             cards=_cards(store, in_spec), thresholds=[], cable_findings=findings)
         data.soak, data.soak_note = soak_rows(store, soak_campaign(store, runs, campaign), data.cards)
+        data.forecasts = forecast_rows(store)
         records = node_records(runs)
         data.baseline = baseline_rows(loaded, store, runs, records)
         data.returned = returned_rows(store, in_spec, runs, records)

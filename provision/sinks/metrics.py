@@ -90,7 +90,24 @@ def families(loaded: LoadedSpec, store: ReadStore, state_dir: Path) -> list[Fami
     state = store.breaker()
     breaker.add(1 if state and state["tripped"] else 0, cluster=cluster)
     return [*_node_families(loaded, store, cluster), *_run_families(runs, cluster), *_burnin_families(runs, cluster),
-            suspects, *soak_families(store, cluster), breaker, *watch_families(store, runs, cluster)]
+            suspects, *soak_families(store, cluster), breaker, *watch_families(store, runs, cluster),
+            *forecast_families(store, cluster)]
+
+
+def forecast_families(store: ReadStore, cluster: str) -> list[Family]:
+    """Each trending component's hours to its threshold (issue 54), and whether that flags its node (inside the
+    spec's ``forecast.horizon``); a component with no trend has no sample (absent: no projection, not health)."""
+    hours = Family("provision_forecast_hours", "Hours until the component's counter reaches its threshold at its "
+                   "trend, as of the forecast (only components with a trend)")
+    flagged = Family("provision_forecast_flagged", "1 when the component's forecast is inside forecast.horizon (a "
+                     "warning, never a drain by itself)")
+    for row in store.forecasts():
+        if row["hours"] is None:
+            continue
+        labels = {"cluster": cluster, "node": row["node"], "component": row["component"], "source": row["source"]}
+        hours.add(row["hours"], **labels)
+        flagged.add(1 if row["flagged"] else 0, **labels)
+    return [hours, flagged]
 
 
 #: What the watch has done, by kind (:meth:`StateStore.watch_actions`), each with its help.

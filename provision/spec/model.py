@@ -656,6 +656,32 @@ class WatchPolicy(Strict):
     ladder: WatchLadder = WatchLadder()
 
 
+class Forecasting(Strict):
+    """``forecast``: how far ahead a component's trend is projected, and what warns. A forecast flags a node (a
+    warning in ``status``, the report and the metrics), never drains it by itself."""
+
+    #: A forecast that reaches its threshold within this span flags the node.
+    horizon: Duration = "72h"
+    #: The span of recent samples a trend is read from (its earlier half against its recent half).
+    window: Duration = "48h"
+
+    @field_validator("horizon", "window")
+    @classmethod
+    def _span(cls, duration: str) -> str:
+        hours = float(duration[:-1]) * DURATION_HOURS[duration[-1]]
+        if not 1 / 60 <= hours <= 90 * 24:
+            raise ValueError(f"{duration} is outside one minute to 90 days")
+        return duration
+
+    @property
+    def horizon_hours(self) -> float:
+        return float(self.horizon[:-1]) * DURATION_HOURS[self.horizon[-1]]
+
+    @property
+    def window_hours(self) -> float:
+        return float(self.window[:-1]) * DURATION_HOURS[self.window[-1]]
+
+
 class SlurmIntegration(Strict):
     """Admission reaches Slurm: after every run, node states and features follow the state store."""
 
@@ -702,6 +728,8 @@ class ClusterSpec(Strict):
     slurm: SlurmIntegration | None = None
     #: The watch's policy; without the section, the defaults (a breaker at a tenth of the fleet in an hour).
     watch: WatchPolicy = WatchPolicy()
+    #: Trends projected to their thresholds (issue 54); without the section, 72 h ahead from 48 h of samples.
+    forecast: Forecasting = Forecasting()
 
 
 class FabricSpec(Strict):
