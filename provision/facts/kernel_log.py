@@ -113,6 +113,9 @@ def find_xids(lines: list[KernelLine]) -> list[Xid]:
 
 #: Refused to an unprivileged user where ``kernel.dmesg_restrict=1`` (Ubuntu's default).
 KERNEL_LOG = fact.command("kernel_log", ["dmesg"], parse_kernel_log, needs_root=True)
+#: The same ring with each line's wall-clock time and zone (util-linux ``--time-format=iso``): what a failed job's
+#: window is matched against (``provision triage --job``); seconds since boot would need the boot's own time.
+KERNEL_LOG_ISO = fact.command("kernel_log_iso", ["dmesg", "--time-format=iso"], parse_kernel_log, needs_root=True)
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,14 @@ pending, and the next run retries it whole.
 from __future__ import annotations
 
 import getpass
-import os
-import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from provision.errors import Refusal, UsageProblem
-from provision.facts.slurm import SLURM_NODES, SlurmNode, SlurmOutputError, parse_nodes
+from provision.errors import Refusal
+from provision.facts.slurm import SlurmNode
+from provision.hosts.slurmctl import SlurmReader, SlurmUnreachable, reader_settings
 from provision.spec import LoadedSpec
 from provision.state import NodeRecord, NodeState, StateStore
 from topology import hostlist
@@ -37,10 +35,6 @@ NODE_CHECK_STAGE = "node-check"
 SINK = "slurm"
 BURNIN_OK = "burnin_ok"
 MAX_REASON = 240
-
-
-class SlurmUnreachable(Refusal, RuntimeError):
-    """scontrol could not reach slurmctld (or is not installed here): the sync is pending, nothing is lost."""
 
 
 class SlurmNamesDiffer(Refusal, ValueError):
@@ -143,31 +137,8 @@ def plan_sync(records: Sequence[NodeRecord], slurm: dict[str, SlurmNode], *, own
     return plan
 
 
-class SlurmClient:
-    """``scontrol`` with the spec's slurm.conf; every call bounded in time."""
-
-    def __init__(self, conf: Path | None, timeout_s: float) -> None:
-        self.env = {**os.environ, **({"SLURM_CONF": str(conf)} if conf else {})}
-        self.timeout_s = timeout_s
-
-    def run(self, argv: list[str]) -> str:
-        try:
-            done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=self.timeout_s)
-        except FileNotFoundError:
-            raise SlurmUnreachable(f"{argv[0]} is not installed on this machine") from None
-        except subprocess.TimeoutExpired:
-            raise SlurmUnreachable(f"{' '.join(argv[:3])} got no answer in {self.timeout_s:g} s") from None
-        said = (done.stderr or done.stdout).strip()
-        if done.returncode != 0 or "Unable to contact slurm controller" in said:
-            raise SlurmUnreachable(f"{' '.join(argv[:4])}: {said.splitlines()[-1] if said else done.returncode}")
-        return done.stdout
-
-    def nodes(self) -> dict[str, SlurmNode]:
-        text = self.run(SLURM_NODES.argv)
-        try:
-            return {node.name: node for node in parse_nodes(text)}
-        except SlurmOutputError as error:
-            raise SlurmUnreachable(f"scontrol's node listing could not be read: {error}") from None
+class SlurmClient(SlurmReader):
+    """``scontrol`` with the spec's slurm.conf, reading (:class:`SlurmReader`) and applying a sync plan."""
 
     def apply(self, plan: SyncPlan) -> None:
         resumes = [action.node for action in plan.actions if action.kind == "resume"]
@@ -183,14 +154,7 @@ class SlurmClient:
 
 
 def client_for(loaded: LoadedSpec) -> SlurmClient:
-    settings = loaded.spec.slurm
-    if settings is None:
-        raise UsageProblem(f"{loaded.path}: the spec has no slurm: section, so nothing is synced to Slurm")
-    conf = settings.conf
-    if conf is not None:
-        conf = Path(os.path.expanduser(str(conf)))
-        conf = conf if conf.is_absolute() else loaded.path.parent / conf
-    return SlurmClient(conf, settings.timeout_s)
+    return SlurmClient(*reader_settings(loaded))
 
 
 def check_names(loaded: LoadedSpec, slurm: dict[str, SlurmNode]) -> None:
