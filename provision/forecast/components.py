@@ -1,10 +1,12 @@
 """Which series are forecast, against which threshold, and which forecasts flag their node (issue 54, item 2;
 pure functions over what the store holds).
 
-A forecast needs a count that grows towards a limit the spec already sets: the soak's allowance of InfiniBand
-errors per hour, over the soak's length, is such a limit (the check fails the node when the soak's growth passes
-it). A counter whose limit is zero (a link that went down once fails it) has nothing to forecast: the first event
-is the failure. A flag is a warning, never a verdict: the checks still judge the node on what happened.
+A forecast needs a count that grows towards a limit the spec already sets: the soak's allowance of InfiniBand errors
+per hour, over the soak's length, is such a limit (the check fails the node when the soak's growth passes it); so is
+``fabric.link_health``'s threshold of a port's error counter over its window, which the watch judges every pass (a
+cable is erroring once the window's count reaches it). A counter whose limit is zero (a link that went down once
+fails it) has nothing to forecast: the first event is the failure. A flag is a warning, never a verdict: the checks
+still judge the node on what happened.
 """
 
 from __future__ import annotations
@@ -61,6 +63,21 @@ def soak_series(node: str, series: Mapping[str, Sequence[tuple[float, float]]],
             continue
         found.append(Series(node, name, tuple((at_s / 3600, value) for at_s, value in samples), allowed * soak_hours))
     return found
+
+
+def counted_series(node: str, component: str, changes: Sequence[tuple[float, float, float]],
+                   threshold: float) -> Series:
+    """A counter kept as its changes between reads (start and end in seconds, what it counted: resets and
+    saturation already read), as its running count from the first read, in hours: what the watch's snapshots
+    keep of a port's error counter."""
+    ordered = sorted(changes)
+    if not ordered:
+        return Series(node, component, (), threshold)
+    total, samples = 0.0, [(ordered[0][0] / 3600, 0.0)]
+    for _start, end, count in ordered:
+        total += count
+        samples.append((end / 3600, total))
+    return Series(node, component, tuple(samples), threshold)
 
 
 def judge(series: Sequence[Series], *, horizon_h: float, window_h: float) -> list[ComponentForecast]:

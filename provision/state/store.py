@@ -423,11 +423,17 @@ class StateStore:
         return newest["campaign"], [(row["node"], row["series"], row["at_s"], row["value"]) for row in rows]
 
     def record_forecasts(self, source: str, judged: Iterable[ForecastRecord], *, run_id: str | None) -> None:
-        """Each component's newest forecast from ``source``; the hour it first flagged its node is kept."""
+        """Each component's newest forecast from ``source``, which judged them all: a component it no longer
+        forecasts (its series left the window) is dropped, never left flagged; the hour each first flagged its node
+        is kept."""
         rows = [(source, one.node, one.component, now(), one.at_h, one.hours, one.low, one.high, one.rate, one.counted,
                  one.threshold, int(one.flagged), one.at_h if one.flagged else None, one.why, run_id)
                 for one in judged]
         with self.transaction():
+            kept = {(row[1], row[2]) for row in rows}
+            stale = [(source, node, component) for node, component in self.db.execute(
+                "SELECT node, component FROM forecasts WHERE source = ?", (source,)) if (node, component) not in kept]
+            self.db.executemany("DELETE FROM forecasts WHERE source = ? AND node = ? AND component = ?", stale)
             self.db.executemany(
                 "INSERT INTO forecasts (source, node, component, made_at, at_h, hours, low, high, rate, count, "
                 "threshold, flagged, first_flagged_h, why, run_id) "

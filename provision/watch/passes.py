@@ -21,6 +21,7 @@ from provision.spec import LoadedSpec
 from provision.state import NodeState
 from provision.watch import cables as cable_actions
 from provision.watch.climb import Climbed, HostSteps, Steps, climb
+from provision.watch.forecasts import forecast_pass
 from provision.watch.reconcile import FABRIC_STAGE, Move, ReconcileResult, make_moves, reconcile
 from provision.watch.signals import SignalsPass, sources_of, watch_pass
 from topology.linkhealth import CableHealth
@@ -45,6 +46,7 @@ class PassResult:
     climbed: list[Climbed] = field(default_factory=list)
     ladder_held: str = ""  # why the ladder did nothing this pass (the breaker is tripped)
     disables_held: list[dict[str, Any]] = field(default_factory=list)  # what the breaker kept from being disabled
+    forecasts: list[dict[str, Any]] = field(default_factory=list)  # port counters forecast inside the horizon
 
     @property
     def problems(self) -> list[str]:
@@ -58,6 +60,7 @@ class PassResult:
     def as_dict(self) -> dict[str, Any]:
         return {**self.reconciled.as_dict(), "signals": self.signals.as_dict() if self.signals else None,
                 "cable_actions": [action.as_dict() for action in self.cables], "tickets": self.tickets,
+                "forecasts": self.forecasts,
                 "disabled": self.disabled, "fabric_moves": [move.as_dict() for move in self.moves],
                 "fabric_held_by_breaker": [move.as_dict() for move in self.held],
                 "breaker": self.breaker or self.reconciled.breaker, "ladder": [item.as_dict() for item in self.climbed],
@@ -89,6 +92,10 @@ def _fabric(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, result: PassRes
         return
     result.signals = watch_pass(run.store, view.fabric, sources, view.link_health, now=now, run_id=run.id,
                                 ask_hosts=lambda hosts: netdevs_of_hosts(view, hosts, state_dir))
+    # what is still under its threshold but growing towards it: a warning kept in the store, no action
+    result.forecasts = [one.as_dict() for one in forecast_pass(run.store, view.fabric, view.link_health,
+                                                               loaded.spec.forecast, until=now, run_id=run.id)
+                        if one.flagged]
     suspects = result.signals.judgement.suspects
     if not suspects:
         return
