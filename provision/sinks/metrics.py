@@ -95,17 +95,18 @@ def families(loaded: LoadedSpec, store: ReadStore, state_dir: Path) -> list[Fami
 
 
 def forecast_families(store: ReadStore, cluster: str) -> list[Family]:
-    """Each trending component's hours to its threshold (issue 54), and whether that flags its node (inside the
-    spec's ``forecast.horizon``); a component with no trend has no sample (absent: no projection, not health)."""
-    hours = Family("provision_forecast_hours", "Hours until the component's counter reaches its threshold at its "
-                   "trend, as of the forecast (only components with a trend)")
+    """Each trending component's time to its threshold (issue 54), and whether that flags its node (inside the
+    spec's ``forecast.horizon``); a component with no trend has no sample (absent: no projection, not health). In
+    seconds, Prometheus's base unit (the issue named it ``_hours``, which ``promtool check metrics`` refuses)."""
+    hours = Family("provision_forecast_seconds", "Seconds until the component's counter reaches its threshold at "
+                   "its trend, as of the forecast (only components with a trend)")
     flagged = Family("provision_forecast_flagged", "1 when the component's forecast is inside forecast.horizon (a "
                      "warning, never a drain by itself)")
     for row in store.forecasts():
         if row["hours"] is None:
             continue
         labels = {"cluster": cluster, "node": row["node"], "component": row["component"], "source": row["source"]}
-        hours.add(row["hours"], **labels)
+        hours.add(row["hours"] * 3600.0, **labels)
         flagged.add(1 if row["flagged"] else 0, **labels)
     return [hours, flagged]
 
