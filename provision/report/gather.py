@@ -19,7 +19,7 @@ from typing import Any
 from provision.checks import baseline
 from provision.checks.node_stage import on_gpu
 from provision.errors import Refusal, UsageProblem
-from provision.fleet import baselines, history
+from provision.fleet import baselines, domains, history
 from provision.fleet.capacity import capacity
 from provision.network import cable_health
 from provision.network.sources import design_fabric, places_of_cables
@@ -61,6 +61,7 @@ class ReportData:
     soak: list[dict[str, Any]] = field(default_factory=list)  # per node plotted: its thinned series and findings
     soak_note: str = ""  # which nodes' telemetry is plotted, of how many soaked
     forecasts: list[dict[str, Any]] = field(default_factory=list)  # components with a trend, flagged first
+    domains: list[dict[str, Any]] = field(default_factory=list)  # each NVLink domain's trays and what remains
     baseline: list[dict[str, Any]] = field(default_factory=list)  # per profile and figure: the delivery against it
     returned: list[dict[str, Any]] = field(default_factory=list)  # nodes back from repair: before and after
 
@@ -355,6 +356,8 @@ def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
             cards=_cards(store, in_spec), thresholds=[], cable_findings=findings)
         data.soak, data.soak_note = soak_rows(store, soak_campaign(store, runs, campaign), data.cards)
         data.forecasts = forecast_rows(store)
+        data.domains = [one.as_dict() for one in domains.standings(
+            loaded, {record.name: record.state.value for record in nodes})]
         records = node_records(runs)
         data.baseline = baseline_rows(loaded, store, runs, records)
         data.returned = returned_rows(store, in_spec, runs, records)
