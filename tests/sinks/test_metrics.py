@@ -153,7 +153,8 @@ def test_each_trending_forecast_is_exported_with_its_flag_and_one_without_a_tren
         text = exposition(forecast_families(store, "sim16"))
     lines = set(text.splitlines())
     labels = 'cluster="sim16",component="leaf01/7 SymbolErrorCounter",node="sim03",source="watch"'
-    assert f"provision_forecast_seconds{{{labels}}} 56880" in lines and f"provision_forecast_flagged{{{labels}}} 1" in lines
+    assert f"provision_forecast_seconds{{{labels}}} 56880" in lines
+    assert f"provision_forecast_flagged{{{labels}}} 1" in lines
     assert "sim04" not in text  # no trend: no projection to export (absent, not health)
     if promstack.PROMTOOL:
         linted = subprocess.run([promstack.PROMTOOL, "check", "metrics"], input=text, text=True,
