@@ -1,7 +1,8 @@
 """``provision triage --job``'s own parts (issue 54): the job's window over its nodes' kernel logs, what could not
 be gathered said rather than taken for health, the line that says whether to requeue, and the drain through the
 lifecycle (stage ``job``, the job's id and the evidence in the node's history; a node not admitted left as it is).
-The end to end run through a real Slurm is tests/triage/test_job_slurm.py."""
+The gathering on simulated hosts is here; the end to end run through a real Slurm is
+tests/triage/test_job_slurm.py."""
 
 from __future__ import annotations
 
@@ -103,3 +104,39 @@ def test_the_requeue_line_says_what_to_do() -> None:
     assert "excluding sim02" in requeue_line(triage([Culprit("sim02", "likely", ["late"])]), None)
     assert "no node is to blame" in requeue_line(triage([], ["sim01 <-> sim02"]), None)
     assert requeue_line(triage([]), None).startswith("Do not requeue blindly")
+
+
+@pytest.mark.slow  # simulated hosts: built, and read through their stand-ins
+def test_a_jobs_nodes_kernel_logs_over_its_window_name_the_node_that_lost_a_gpu(tmp_path: Path) -> None:
+    """gather on simulated hosts, as ``triage --job`` runs it once Slurm has said which nodes and when: each node's
+    kernel log read as root over SSH's stand-in (the boot's lines, an hour old, left out), the job's output copied,
+    a node the spec does not know said to be missing; sim02's Xid 79, logged during the job, blames it."""
+    from datetime import datetime, timedelta
+
+    from provision.facts.slurm import SlurmJob
+    from provision.hosts.remote import open_session
+    from provision.sim.cluster import node_paths
+    from provision.sim.host import inject_now
+    from provision.spec import load_spec
+    from provision.triage.job import addresses_of, gather
+    from provision.triage.verdict import triage_directory
+    from tests.simhelpers import bring_up
+
+    state, _ = bring_up(tmp_path, [], hosts="sim[01-02]")
+    loaded = load_spec(tmp_path / "spec.yaml")
+    inject_now(node_paths(state, "sim02").root.parent, "xid", "gpu1", {"code": 79})
+    output = tmp_path / "job-7.out"
+    output.write_text("0: step 100 loss 0.4012\n1: RuntimeError: CUDA error: unspecified launch failure\n")
+    now = datetime.now()
+    job = SlurmJob("7", "train", "failed", "NonZeroExitCode", 1, 0, "batch", ("sim01", "sim02", "gpu99"), 0,
+                   (now - timedelta(minutes=6)).isoformat(timespec="seconds"),
+                   (now - timedelta(minutes=5)).isoformat(timespec="seconds"),
+                   (now + timedelta(seconds=5)).isoformat(timespec="seconds"), str(output), str(output))
+    folder = tmp_path / "gathered"
+    evidence = gather(loaded, job, folder, lambda node: open_session(loaded, node, state))
+    assert evidence.missing == ["gpu99: not in the spec, its kernel log not read"], evidence
+    assert sorted(path.name for path in folder.iterdir()) == ["job-7.out", "sim01.kernel.log", "sim02.kernel.log"]
+    assert "Linux version" not in (folder / "sim01.kernel.log").read_text()  # before the job: left out
+    assert "79," in (folder / "sim02.kernel.log").read_text()
+    result = triage_directory(folder, addresses_of(loaded))
+    assert {culprit.who for culprit in result.culprits if culprit.strength == "strong"} == {"sim02"}, result
