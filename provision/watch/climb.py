@@ -4,9 +4,10 @@ For each node the watch holds (quarantined by it, or left re-validating by a pas
 :func:`provision.watch.ladder.next_action` and does it:
 
 - a rung (``revalidate``, ``gpu_reset``, ``power_cycle``): the attempt is recorded first, the step done
-  (``nvidia-smi -r`` on the node; the BMC's power cycle, waited on until the host answers with a new boot id), the
-  node moved to the watch's ``revalidate`` stage and judged on its own preflight checks (the controller's session,
-  the spec's expectations: the same judgements as the burn-in's preflight); a node whose every check is ok (or a
+  (each GPU's ``nvidia-smi -r -i N`` on the node, the persistence daemon stopped around it; the BMC's power
+  cycle, waited on until the host answers with a new boot id), the node moved to the watch's ``revalidate`` stage
+  and judged on its own preflight checks (the controller's session, the spec's expectations: the same judgements
+  as the burn-in's preflight); a node whose every check is ok (or a
   warning) returns to service, any other is held at stage ``revalidate`` for the next rung;
 - ``reburnin``: the node is handed back to the burn-in (``provisioned``): the next ``provision burnin`` or
   ``apply`` runs every stage on it, pairs and collectives with partners included, and its verdict is the burn-in's;
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from provision.checks.outcome import CheckResult, Outcome
+from provision.facts.session import HostSession
 from provision.run.context import ActiveRun
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
@@ -43,6 +45,42 @@ from provision.watch.reconcile import FABRIC_STAGE
 GPU_RESET_TIMEOUT_S = 120.0
 #: The outcomes of a re-validation that return a node to service.
 PASSING = (Outcome.OK, Outcome.SILENCED, Outcome.WARNING)
+
+
+#: What holds a GPU open between jobs, and so refuses its reset ("In use by another client", NVIDIA/NVSentinel
+#: #1690): stopped for the reset and started again after, whatever the reset did.
+PERSISTENCE_UNIT = "nvidia-persistenced"
+
+
+def reset_gpus(session: HostSession) -> tuple[bool, str]:
+    """Every GPU of the node reset, one by one (``nvidia-smi -r -i N``): the persistence daemon stopped first and
+    started again after if it ran (the NVSentinel fix of #1690); a GPU a process still holds is refused by the tool
+    and the step fails with its words. Done: every GPU said it was reset."""
+    listed = session.run(["nvidia-smi", "-L"], 30.0)
+    indices = [line.split(":", 1)[0].removeprefix("GPU ").strip() for line in listed.stdout.splitlines()
+               if line.startswith("GPU ")]
+    if not listed.ok or not indices:
+        return False, f"nvidia-smi -L listed no GPU to reset ({listed.problem() if not listed.ok else 'none'})"
+    was_active = session.run(["systemctl", "is-active", PERSISTENCE_UNIT], 30.0).stdout.strip() == "active"
+    said: list[str] = []
+    ok = True
+    try:
+        if was_active:
+            stopped = session.run(["systemctl", "stop", PERSISTENCE_UNIT], 60.0, become=True)
+            if not stopped.ok:
+                return False, f"{PERSISTENCE_UNIT} could not be stopped for the reset: {stopped.problem()}"
+        for index in indices:
+            result = session.run(["nvidia-smi", "-r", "-i", index], GPU_RESET_TIMEOUT_S, become=True)
+            words = " ".join(line.strip() for line in (result.stdout + result.stderr).splitlines() if line.strip())
+            said.append(words[:200] or f"GPU {index}: exit {result.rc}")
+            ok = ok and result.ok
+    finally:
+        if was_active:
+            started = session.run(["systemctl", "start", PERSISTENCE_UNIT], 60.0, become=True)
+            if not started.ok:
+                said.append(f"{PERSISTENCE_UNIT} did not start again: {started.problem()}")
+                ok = False
+    return ok, " / ".join(said)[-600:]
 
 
 class Steps(Protocol):
@@ -73,11 +111,9 @@ class HostSteps:
             except Exception as error:  # unreachable: the step was not done
                 return False, f"{node.name} unreachable: {type(error).__name__}: {error}"
             try:
-                result = session.run(["nvidia-smi", "-r"], GPU_RESET_TIMEOUT_S, become=True)
+                return reset_gpus(session)
             finally:
                 session.close()
-            said = " / ".join(line.strip() for line in (result.stdout + result.stderr).splitlines() if line.strip())
-            return result.ok, said[-300:] or f"exit {result.rc}"
         if step == "power_cycle":
             from provision.hosts.recovery import power_cycle_hung
 
