@@ -11,7 +11,15 @@ import subprocess
 from pathlib import Path
 
 from provision.errors import Refusal, UsageProblem
-from provision.facts.slurm import SLURM_NODES, SlurmNode, SlurmOutputError, parse_nodes
+from provision.facts.slurm import (
+    SLURM_JOBS,
+    SLURM_NODES,
+    SlurmJob,
+    SlurmNode,
+    SlurmOutputError,
+    parse_jobs,
+    parse_nodes,
+)
 from provision.spec import LoadedSpec
 
 
@@ -44,6 +52,14 @@ class SlurmReader:
             return {node.name: node for node in parse_nodes(text)}
         except SlurmOutputError as error:
             raise SlurmUnreachable(f"scontrol's node listing could not be read: {error}") from None
+
+    def jobs(self) -> list[SlurmJob]:
+        """Every job slurmctld holds (a finished one only ``MinJobAge``)."""
+        text = self.run(SLURM_JOBS.argv)
+        try:
+            return parse_jobs(text)
+        except SlurmOutputError as error:
+            raise SlurmUnreachable(f"scontrol's job listing could not be read: {error}") from None
 
 
 def reader_settings(loaded: LoadedSpec) -> tuple[Path | None, float]:

@@ -140,6 +140,14 @@ def plan_sync(records: Sequence[NodeRecord], slurm: dict[str, SlurmNode], *, own
 class SlurmClient(SlurmReader):
     """``scontrol`` with the spec's slurm.conf, reading (:class:`SlurmReader`) and applying a sync plan."""
 
+    def submit(self, argv: list[str]) -> str:
+        """``sbatch --parsable ...``: the new job's id (``--parsable`` prints ``id`` or ``id;cluster``)."""
+        said = self.run(argv).strip()
+        job_id = said.split(";", 1)[0]
+        if not job_id.isdigit():
+            raise SlurmUnreachable(f"sbatch gave no job id: {said[:200]!r}")
+        return job_id
+
     def apply(self, plan: SyncPlan) -> None:
         resumes = [action.node for action in plan.actions if action.kind == "resume"]
         if resumes:

@@ -648,12 +648,48 @@ class WatchLadder(Strict):
         return value
 
 
+class WatchRevalidate(Strict):
+    """``watch.revalidate``: each admitted node re-validated at least every ``every``, at an idle moment, by a job
+    of ``command`` (node-check, which speaks Nagios: its exit code is the verdict) in ``partition``, a low-tier
+    partition over the same nodes that a user's job preempts (``PreemptMode=CANCEL``: docs/watch.md measures it).
+    A CRITICAL node-check with ``--drain`` drains its node, which the watch reads back and quarantines as any
+    node-check drain; at most ``per_pass`` jobs start a pass."""
+
+    every: Duration
+    partition: str
+    per_pass: Annotated[int, Field(ge=1, le=1000)] = 1
+    time_limit_minutes: Annotated[int, Field(ge=1, le=1440)] = 30
+    command: Annotated[str, StringConstraints(min_length=1, max_length=1000)] = (
+        "/usr/local/sbin/provision-node-check --drain")
+
+    @field_validator("every")
+    @classmethod
+    def _span(cls, duration: str) -> str:
+        hours = float(duration[:-1]) * DURATION_HOURS[duration[-1]]
+        if not 1 <= hours <= 90 * 24:
+            raise ValueError(f"{duration} is outside one hour to 90 days")
+        return duration
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise ValueError(f"{name!r} is not a Slurm partition name (letters, digits, '_', '.', '-')")
+        return name
+
+    @property
+    def every_seconds(self) -> float:
+        return float(self.every[:-1]) * DURATION_HOURS[self.every[-1]] * 3600.0
+
+
 class WatchPolicy(Strict):
     """``provision watch``: what it may do to the admitted fleet."""
 
     breaker: WatchBreaker = WatchBreaker()
     signals: WatchSignals = WatchSignals()
     ladder: WatchLadder = WatchLadder()
+    #: Active checks of idle admitted nodes; without the section, none.
+    revalidate: WatchRevalidate | None = None
 
 
 class Forecasting(Strict):

@@ -251,6 +251,19 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (source, node, component)
     );
     """,
+    # 11: the watch's revalidation jobs (issue 56, item 4): which job re-validates which node, and how it ended
+    """
+    CREATE TABLE revalidation_jobs (
+        job_id      TEXT PRIMARY KEY,
+        node        TEXT NOT NULL REFERENCES nodes(name),
+        submitted_at REAL NOT NULL,
+        ended_at    REAL,
+        verdict     TEXT,
+        detail      TEXT NOT NULL DEFAULT '',
+        run_id      TEXT
+    );
+    CREATE INDEX revalidation_jobs_node ON revalidation_jobs(node, submitted_at);
+    """,
 )
 
 

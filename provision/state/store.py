@@ -456,6 +456,32 @@ class StateStore:
         return [row for row in rows
                 if not row["source"].startswith("soak:") or newest.get(row["node"]) == row["source"]]
 
+    def add_revalidation(self, node: str, job_id: str, *, at: float, run_id: str | None) -> None:
+        """A revalidation job the watch submitted for ``node`` (its verdict still to be read)."""
+        with self.transaction():
+            self.db.execute("INSERT INTO revalidation_jobs (job_id, node, submitted_at, run_id) VALUES (?, ?, ?, ?)",
+                            (job_id, node, at, run_id))
+
+    def revalidations_underway(self) -> dict[str, str]:
+        """Job id -> node, for every revalidation job whose end the watch has not read yet."""
+        rows = self.db.execute("SELECT job_id, node FROM revalidation_jobs WHERE ended_at IS NULL ORDER BY job_id")
+        return {row["job_id"]: row["node"] for row in rows}
+
+    def end_revalidation(self, job_id: str, verdict: str, detail: str, *, at: float) -> None:
+        with self.transaction():
+            self.db.execute("UPDATE revalidation_jobs SET ended_at = ?, verdict = ?, detail = ? WHERE job_id = ?",
+                            (at, verdict, detail, job_id))
+
+    def last_revalidated(self) -> dict[str, float]:
+        """Per node, when its newest revalidation that passed was submitted (the moment it was last known good)."""
+        rows = self.db.execute("SELECT node, MAX(submitted_at) AS at FROM revalidation_jobs WHERE verdict = 'passed' "
+                               "GROUP BY node")
+        return {row["node"]: float(row["at"]) for row in rows}
+
+    def revalidations(self, node: str) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.db.execute(
+            "SELECT * FROM revalidation_jobs WHERE node = ? ORDER BY submitted_at", (node,))]
+
     def soak_series(self, campaign: str, node: str,
                     names: Sequence[str] | None = None) -> dict[str, list[tuple[float, float]]]:
         """The node's series in the campaign's soak (``names``: only those)."""
