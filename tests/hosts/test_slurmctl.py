@@ -15,6 +15,7 @@ from provision.hosts.slurmctl import SlurmReader, SlurmUnreachable, reader_setti
 from provision.spec import load_spec
 from tests.simhelpers import write_spec
 
+
 def test_the_conf_is_found_beside_the_spec_and_no_section_asks_nothing(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, [])
     with pytest.raises(UsageProblem, match="no slurm: section"):
