@@ -52,6 +52,7 @@ class Xid:
     pid: str | None
     process: str | None
     detail: str
+    seconds: float | None = None  # since boot, where the log says: how far apart two Xids of one node were
 
 
 def _kernel_line(raw: str) -> KernelLine | None:
@@ -107,7 +108,7 @@ def find_xids(lines: list[KernelLine]) -> list[Xid]:
         match = _XID.search(line.message)
         if match:
             found.append(Xid(match.group(1).lower(), int(match.group(2)), match.group(3), match.group(4),
-                             match.group(5).strip()))
+                             match.group(5).strip(), line.seconds))
     return found
 
 
