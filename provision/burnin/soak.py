@@ -263,7 +263,7 @@ class SoakStage:
                                                              self.settings.hours),
                                       horizon_h=policy.horizon_hours, window_h=policy.window_hours)
         self.store.record_forecasts(f"soak:{self.campaign}", [ForecastRecord(*one.record()) for one in found],
-                                    run_id=None)
+                                    run_id=None, nodes=[node.name for node in self.nodes])
 
     def _record_rounds(self) -> None:
         with self.lock:

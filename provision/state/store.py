@@ -422,17 +422,20 @@ class StateStore:
                                "GROUP BY node, series ORDER BY node, series", (newest["campaign"],)).fetchall()
         return newest["campaign"], [(row["node"], row["series"], row["at_s"], row["value"]) for row in rows]
 
-    def record_forecasts(self, source: str, judged: Iterable[ForecastRecord], *, run_id: str | None) -> None:
-        """Each component's newest forecast from ``source``, which judged them all: a component it no longer
-        forecasts (its series left the window) is dropped, never left flagged; the hour each first flagged its node
-        is kept."""
+    def record_forecasts(self, source: str, judged: Iterable[ForecastRecord], *, run_id: str | None,
+                         nodes: Iterable[str] | None = None) -> None:
+        """Each component's newest forecast from ``source``, which judged them all (or all of ``nodes``'): a
+        component it no longer forecasts (its series left the window) is dropped, never left flagged; the hour each
+        first flagged its node is kept."""
+        scope = set(nodes) if nodes is not None else None
         rows = [(source, one.node, one.component, now(), one.at_h, one.hours, one.low, one.high, one.rate, one.counted,
                  one.threshold, int(one.flagged), one.at_h if one.flagged else None, one.why, run_id)
                 for one in judged]
         with self.transaction():
             kept = {(row[1], row[2]) for row in rows}
             stale = [(source, node, component) for node, component in self.db.execute(
-                "SELECT node, component FROM forecasts WHERE source = ?", (source,)) if (node, component) not in kept]
+                "SELECT node, component FROM forecasts WHERE source = ?", (source,))
+                if (node, component) not in kept and (scope is None or node in scope)]
             self.db.executemany("DELETE FROM forecasts WHERE source = ? AND node = ? AND component = ?", stale)
             self.db.executemany(
                 "INSERT INTO forecasts (source, node, component, made_at, at_h, hours, low, high, rate, count, "

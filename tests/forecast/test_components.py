@@ -89,9 +89,15 @@ def test_the_store_keeps_the_newest_forecast_and_when_it_first_flagged(tmp_path:
             store.record_forecasts(f"soak:{first}", [record(at_h, hours, flagged)], run_id=None)
         (row,) = store.forecasts()
         assert (row["at_h"], row["hours"], row["first_flagged_h"], row["flagged"]) == (12.0, 4.0, 9.0, 1)
+        # a soak resumed on another node judges only that one: the first node's forecast stays
+        other = ForecastRecord("n2", "mlx5_0/symbol_error", 1.0, None, None, None, 0.0, 0.0, 240.0, False, "none")
+        store.record_soak(first, "n2", 0.0, {"mlx5_0/symbol_error": 0.0})
+        store.record_forecasts(f"soak:{first}", [other], run_id=None, nodes=["n2"])
+        assert [row["node"] for row in store.forecasts()] == ["n1", "n2"]
         # a newer soak of the node: the older campaign's projection is history, not a warning
         second, _ = store.open_campaign("run-2", ["soak"], "sha2")
         store.record_soak(second, "n1", 0.0, {"mlx5_0/symbol_error": 0.0})
-        assert store.forecasts() == []
-        store.record_forecasts(f"soak:{second}", [record(1.0, None, False)], run_id=None)
-        assert [(row["source"], row["first_flagged_h"]) for row in store.forecasts()] == [(f"soak:{second}", None)]
+        assert [row["node"] for row in store.forecasts()] == ["n2"]  # n2 soaked last in the first campaign
+        store.record_forecasts(f"soak:{second}", [record(1.0, None, False)], run_id=None, nodes=["n1"])
+        assert [(row["source"], row["first_flagged_h"]) for row in store.forecasts() if row["node"] == "n1"] == [
+            (f"soak:{second}", None)]
