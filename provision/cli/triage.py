@@ -107,6 +107,8 @@ def _show(result: Triage, gathered: dict[str, object], drained: object, as_json:
                                                                if len(culprit.why) > 1 else ""), markup=False)
     for link in result.links:
         out.print(f"no node to blame: {link}", markup=False)
+    for why in result.nobody:
+        out.print(f"no node to blame: {why}", markup=False)
     for failure in result.unattributed[:5]:
         out.print(f"on a host the logs do not name: {failure}", markup=False)
     if result.unattributed and not result.culprits:
@@ -146,4 +148,7 @@ def requeue_line(result: Triage, drained: object) -> str:
     if result.links:
         return ("Requeue from the last checkpoint, on another placement if the link fails again: no node is to "
                 "blame, the fabric between them is")
+    if result.nobody:
+        return ("Do not requeue as it is: every rank stopped at one collective and no node is to blame; check the "
+                "fabric (provision topology flaps) and the job's own code first")
     return "Do not requeue blindly: nothing in the evidence names a cause; the same failure may come back"
