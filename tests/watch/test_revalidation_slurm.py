@@ -7,6 +7,7 @@ read from this Slurm's recorded output in test_revalidate.py.)"""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -37,8 +38,7 @@ def _prolog(path: Path, state: Path) -> Path:
     lines = ["#!/bin/sh", 'case "$SLURMD_NODENAME" in']
     for host in HOSTS:
         paths = node_paths(state, host)
-        lines.append(f'  {host}) echo "export PATH={paths.root}/usr/local/sbin:{paths.bin}:$PATH"; '
-                     f'echo "export NODE_ROOT={paths.root}" ;;')
+        lines.append(f'  {host}) echo "export PATH={paths.bin}:$PATH"; echo "export NODE_ROOT={paths.root}" ;;')
     path.write_text("\n".join([*lines, "esac", ""]))
     path.chmod(0o755)
     return path
@@ -62,9 +62,11 @@ def test_idle_nodes_are_revalidated_and_a_critical_one_is_quarantined_with_its_c
     spec = shrink_to_four_gpus(write_spec(tmp_path, [], hosts="sim[01-02]", stages=["preflight"]))
     data = yaml.safe_load(spec.read_text())
     data["slurm"] = {"conf": str(slurm_dir / "slurm.conf")}
+    # node-check as the role installs it runs the node's runtime at its real path; the prefix-simulated node has
+    # this machine's Python (as its burn-in has), and its check file where the role wrote it, under its root
     data["watch"] = {"revalidate": {"every": "1h", "partition": "revalidate", "per_pass": 2, "time_limit_minutes": 5,
-                                    "command": 'provision-node-check --drain --file "$NODE_ROOT/etc/provision/'
-                                               'node-check.json"'}}
+                                    "command": f'{sys.executable} -m provision.node_check --drain --file '
+                                               '"$NODE_ROOT/etc/provision/node-check.json"'}}
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     state = tmp_path / ".provision" / "sim16"
     prolog = _prolog(tmp_path / "task-prolog.sh", state)
