@@ -167,9 +167,10 @@ def soak_rows(store: ReadStore, campaign: str | None, cards: list[dict[str, Any]
     return rows, note
 
 
-def forecast_rows(store: ReadStore) -> list[dict[str, Any]]:
-    """Every component with a trend (flagged ones first), with its series counted from its first sample, thinned
-    for plotting: the series a soak's forecast was made from (the watch's are to come)."""
+def forecast_rows(store: ReadStore, window_h: float = 24.0) -> list[dict[str, Any]]:
+    """Every component with a trend (flagged ones first), with the series it was made from, counted from its first
+    sample and thinned for plotting: a soak's from its polls (hours into the soak), the watch's from the counter
+    snapshots' changes over the link-health window ``window_h`` that ended at the forecast (hours into it)."""
     rows = []
     for row in sorted(store.forecasts(), key=lambda row: (not row["flagged"], row["node"], row["component"])):
         if row["hours"] is None:
@@ -180,8 +181,32 @@ def forecast_rows(store: ReadStore) -> list[dict[str, Any]]:
             samples = store.soak_series(campaign, row["node"], [row["component"]]).get(row["component"], [])
             base = samples[0][1] if samples else 0.0
             points = [(round(at / 3600, 4), value - base) for at, value in plots.thin(samples)]
+        elif source == "watch":
+            points, origin = _watch_points(store, row["component"], row["at_h"], window_h)
+            row = {**row, "at_h": row["at_h"] - origin}
         rows.append({**row, "points": points})
     return rows
+
+
+def _watch_points(store: ReadStore, component: str, at_h: float, window_h: float) -> tuple[list[tuple[float, float]],
+                                                                                          float]:
+    """A watch forecast's series (``<node>/<port> <counter>``): the port's counted changes over the window that
+    ended at ``at_h``, in hours from the window's first read, and that first read's hour."""
+    where, _, counter = component.rpartition(" ")
+    node, _, port = where.rpartition("/")
+    end = at_h * 3600.0
+    _, _, deltas = store.watch_signals_since(end - window_h * 3600.0)
+    changes = sorted((delta.start, delta.end, float(delta.delta)) for delta in deltas
+                     if delta.port_node == node and str(delta.port) == port and delta.counter == counter
+                     and delta.end <= end)
+    if not changes:
+        return [], at_h
+    origin = changes[0][0] / 3600.0
+    total, points = 0.0, [(0.0, 0.0)]
+    for _start, stop, count in changes:
+        total += count
+        points.append((round(stop / 3600.0 - origin, 4), total))
+    return plots.thin(points), origin
 
 
 def node_records(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -355,7 +380,7 @@ def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
                     "reason": record.reason} for record in in_spec],
             cards=_cards(store, in_spec), thresholds=[], cable_findings=findings)
         data.soak, data.soak_note = soak_rows(store, soak_campaign(store, runs, campaign), data.cards)
-        data.forecasts = forecast_rows(store)
+        data.forecasts = forecast_rows(store, loaded.spec.fabric.link_health.window_hours)
         data.domains = [one.as_dict() for one in domains.standings(
             loaded, {record.name: record.state.value for record in nodes})]
         records = node_records(runs)

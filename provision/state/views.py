@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from provision.state.lifecycle import NodeState
-from provision.state.store import BaselineSample, NodeRecord
+from provision.state.store import BaselineSample, NodeRecord, WatchCounterDelta, WatchObservation
 
 
 class NodeHistory(Protocol):
@@ -57,6 +57,9 @@ class ReadStore(NodeHistory, Protocol):
     def soak_nodes(self, campaign: str) -> list[str]: ...
 
     def forecasts(self) -> list[dict[str, Any]]: ...
+
+    def watch_signals_since(self, since: float) -> tuple[list[WatchObservation], list[tuple[float, str, bool]],
+                                                          list[WatchCounterDelta]]: ...
 
 
 __all__ = ["NodeHistory", "NodeState", "ReadStore"]

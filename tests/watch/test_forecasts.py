@@ -103,3 +103,19 @@ def test_a_port_whose_changes_left_the_window_is_no_longer_forecast(fabric: Fabr
         # two days on, nothing new: the window holds none of those changes, and no stale warning stays behind
         forecast_pass(store, fabric, health, Forecasting(), until=START + 72 * HOUR, run_id="later")
         assert store.forecasts() == []
+
+
+def test_the_report_plots_a_watch_forecast_with_the_series_it_was_made_from(fabric: Fabric, tmp_path: Path) -> None:
+    from provision.report.gather import forecast_rows
+
+    health = LinkHealth(counter_thresholds={"SymbolErrorCounter": 1000})
+    (_, port), = _switch_ends(fabric, 1)
+    snapshots = tmp_path / "counters"
+    with StateStore(tmp_path / "state") as store:
+        for hour in range(25):
+            _snapshot(fabric, snapshots / f"{hour:04d}", START + hour * HOUR, {port: counted(2.0, 6.0, hour)})
+        watch_pass(store, fabric, Sources(counters=snapshots), health, now=START + 24 * HOUR, run_id="pass")
+        forecast_pass(store, fabric, health, Forecasting(), until=START + 24 * HOUR, run_id="pass")
+        (row,) = forecast_rows(store, health.window_hours)
+    assert row["flagged"] and row["points"][0] == (0.0, 0.0) and row["points"][-1] == (24.0, counted(2.0, 6.0, 24))
+    assert row["at_h"] == 24.0  # hours into the window, as the points are
