@@ -21,6 +21,7 @@ from provision.checks.node_stage import on_gpu
 from provision.errors import Refusal, UsageProblem
 from provision.fleet import baselines, domains, history
 from provision.fleet.capacity import capacity
+from provision.forecast import components
 from provision.network import cable_health
 from provision.network.sources import design_fabric, places_of_cables
 from provision.network.view import view_of_cluster
@@ -196,17 +197,14 @@ def _watch_points(store: ReadStore, component: str, at_h: float, window_h: float
     node, _, port = where.rpartition("/")
     end = at_h * 3600.0
     _, _, deltas = store.watch_signals_since(end - window_h * 3600.0)
-    changes = sorted((delta.start, delta.end, float(delta.delta)) for delta in deltas
-                     if delta.port_node == node and str(delta.port) == port and delta.counter == counter
-                     and delta.end <= end)
+    changes = [(delta.start, delta.end, float(delta.delta)) for delta in deltas
+               if delta.port_node == node and str(delta.port) == port and delta.counter == counter
+               and delta.end <= end]
     if not changes:
         return [], at_h
-    origin = changes[0][0] / 3600.0
-    total, points = 0.0, [(0.0, 0.0)]
-    for _start, stop, count in changes:
-        total += count
-        points.append((round(stop / 3600.0 - origin, 4), total))
-    return plots.thin(points), origin
+    samples = components.counted_series(node, component, changes, 0.0).samples  # hours, counted from the first
+    origin = samples[0][0]
+    return plots.thin([(round(hour - origin, 4), count) for hour, count in samples]), origin
 
 
 def node_records(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

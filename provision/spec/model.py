@@ -437,6 +437,11 @@ class DcgmDiag(Strict):
 #: A span of time as people write it: ``90m``, ``24h``, ``3d`` (minutes, hours, days).
 Duration = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+)?[mhd]$")]
 DURATION_HOURS = {"m": 1 / 60, "h": 1.0, "d": 24.0}
+
+
+def duration_hours(duration: str) -> float:
+    """A :data:`Duration`'s hours (``90m`` -> 1.5)."""
+    return float(duration[:-1]) * DURATION_HOURS[duration[-1]]
 IbCounter = Literal["symbol_error", "link_downed", "port_rcv_errors"]
 
 
@@ -461,14 +466,14 @@ class Soak(Strict):
     @field_validator("duration")
     @classmethod
     def _span(cls, duration: str) -> str:
-        hours = float(duration[:-1]) * DURATION_HOURS[duration[-1]]
+        hours = duration_hours(duration)
         if not 1 / 60 <= hours <= 90 * 24:
             raise ValueError(f"{duration} is outside one minute to 90 days")
         return duration
 
     @property
     def hours(self) -> float:
-        return float(self.duration[:-1]) * DURATION_HOURS[self.duration[-1]]
+        return duration_hours(self.duration)
 
 
 class BaselineJudgement(Strict):
@@ -665,7 +670,7 @@ class WatchRevalidate(Strict):
     @field_validator("every")
     @classmethod
     def _span(cls, duration: str) -> str:
-        hours = float(duration[:-1]) * DURATION_HOURS[duration[-1]]
+        hours = duration_hours(duration)
         if not 1 <= hours <= 90 * 24:
             raise ValueError(f"{duration} is outside one hour to 90 days")
         return duration
@@ -679,7 +684,7 @@ class WatchRevalidate(Strict):
 
     @property
     def every_seconds(self) -> float:
-        return float(self.every[:-1]) * DURATION_HOURS[self.every[-1]] * 3600.0
+        return duration_hours(self.every) * 3600.0
 
 
 class WatchPolicy(Strict):
@@ -704,18 +709,18 @@ class Forecasting(Strict):
     @field_validator("horizon", "window")
     @classmethod
     def _span(cls, duration: str) -> str:
-        hours = float(duration[:-1]) * DURATION_HOURS[duration[-1]]
+        hours = duration_hours(duration)
         if not 1 / 60 <= hours <= 90 * 24:
             raise ValueError(f"{duration} is outside one minute to 90 days")
         return duration
 
     @property
     def horizon_hours(self) -> float:
-        return float(self.horizon[:-1]) * DURATION_HOURS[self.horizon[-1]]
+        return duration_hours(self.horizon)
 
     @property
     def window_hours(self) -> float:
-        return float(self.window[:-1]) * DURATION_HOURS[self.window[-1]]
+        return duration_hours(self.window)
 
 
 class SlurmIntegration(Strict):

@@ -91,13 +91,19 @@ def judge(signals: list[Signal], addresses: dict[str, str], *, files: int = 0, l
     return Triage(order, links, unattributed, len(signals), files, lines, unreadable or [], nobody)
 
 
-def _all_at_one_call(signals: list[Signal]) -> list[str]:
-    """Every rank's watchdog at the same collective, none behind, and nothing else pointing anywhere: no late rank
-    to blame; what stopped them all at once is the network or the job itself."""
+def _last_collectives(signals: list[Signal]) -> dict[int, int]:
+    """Each rank's newest collective its watchdog lines name."""
     last: dict[int, int] = {}
     for signal in signals:
         if signal.rank is not None and signal.seq is not None:
             last[signal.rank] = max(signal.seq, last.get(signal.rank, -1))
+    return last
+
+
+def _all_at_one_call(signals: list[Signal]) -> list[str]:
+    """Every rank's watchdog at the same collective, none behind, and nothing else pointing anywhere: no late rank
+    to blame; what stopped them all at once is the network or the job itself."""
+    last = _last_collectives(signals)
     if len(last) < 2 or len(set(last.values())) != 1:
         return []
     seq = next(iter(last.values()))
@@ -125,10 +131,7 @@ def _ib_errors(signals: list[Signal], addresses: dict[str, str], blame: Any, lin
 def _watchdog(signals: list[Signal], blame: Any) -> None:
     """Every rank times out at the collective it waits in; the ranks whose last collective is the oldest are the
     ones the others waited for."""
-    last: dict[int, int] = {}
-    for signal in signals:
-        if signal.rank is not None and signal.seq is not None:
-            last[signal.rank] = max(signal.seq, last.get(signal.rank, -1))
+    last = _last_collectives(signals)
     if len(set(last.values())) < 2:
         return
     oldest = min(last.values())
