@@ -71,8 +71,8 @@ def test_a_job_that_lost_a_gpu_names_its_node_and_drain_takes_it_out(tmp_path: P
     pids.mkdir()
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    port = slurmcluster.free_range(1)
     with slurmcluster.running(slurm_dir, HOSTS) as slurm:
+        port = slurmcluster.free_range(1)  # chosen once Slurm holds its ports: before, it was slurmctld's own
         burned = provision_then_burn_in(spec)
         assert {row["state"] for row in burned["nodes"].values()} == {"admitted"}, burned["nodes"]
         submitted = subprocess.run(
