@@ -27,11 +27,9 @@ from provision.state import NodeRecord, NodeState, StateStore
 from topology import hostlist
 
 PREFIX = "provision:"
-#: node-check's drain (``provision.node_check.on_node.DRAIN_PREFIX``) and the stage of the watch's quarantine when
-#: it reads one back (``provision.watch.reconcile.NODE_CHECK_STAGE``): named here, as the words and the stage are
-#: what the sync compares, and tied to both by a test.
+#: node-check's drain (``provision.node_check.on_node.DRAIN_PREFIX``): named here, as the words are what the sync
+#: compares, and tied to node-check's by a test.
 NODE_CHECK_DRAIN = "provision node-check:"
-NODE_CHECK_STAGE = "node-check"
 SINK = "slurm"
 BURNIN_OK = "burnin_ok"
 MAX_REASON = 240
@@ -70,12 +68,13 @@ def ours(node: SlurmNode) -> bool:
 
 
 def read_back(record: NodeRecord, node: SlurmNode) -> bool:
-    """node-check's own drain of a node the store holds quarantined at stage ``node-check``: the watch read it
-    back, so it is the store's decision now and the sync rewrites it as ours. Left as node-check's, it would hold
-    a node the watch's repair ladder later re-validates and returns (our sync resumes only our drains), and the
-    next pass would read the same drain back as a new failure."""
-    return (record.state is NodeState.QUARANTINED and record.stage == NODE_CHECK_STAGE
-            and node.reason.startswith(NODE_CHECK_DRAIN))
+    """node-check's own drain of a node the store holds quarantined: the watch read it back, so it is the store's
+    decision now and the sync rewrites it as ours. Left as node-check's, it would hold a node the watch's repair
+    ladder later re-validates and returns (our sync resumes only our drains), and the next pass would read the
+    same drain back as a new failure. Any stage: the pass that reads the drain back also takes the ladder's first
+    rung, which moves the node to stage ``revalidate`` before the sync runs (a GPU reset, then its Xid still in
+    the log: held there), and that drain was left as node-check's for good (stop 63's clean clone)."""
+    return record.state is NodeState.QUARANTINED and node.reason.startswith(NODE_CHECK_DRAIN)
 
 
 def wanted_reason(record: NodeRecord) -> str:

@@ -78,7 +78,8 @@ def test_idle_nodes_are_revalidated_and_a_critical_one_is_quarantined_with_its_c
         reasons = cluster.sinfo_reasons()
     assert second.revalidation is not None
     assert {end.node: end.verdict for end in second.revalidation.ended} == {"sim01": PASSED, "sim02": FAILED}
-    assert reasons["sim02"].startswith("provision node-check: sim02: xid"), reasons
+    # node-check's drain, read back, then the ladder's rung: the sync at the pass's end wrote the store's reason
+    assert reasons["sim02"].startswith("provision: revalidate/xid: Xid 79"), reasons
     with StateStore(state) as store:
         sim02, sim01 = store.node("sim02"), store.node("sim01")
         # read back from its drain at stage node-check with the check; the same pass's ladder then takes its first
