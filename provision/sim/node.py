@@ -215,6 +215,28 @@ def save_state(root: Path, state: dict[str, Any]) -> None:
     replace_file(root / STATE_FILE, json.dumps(state, indent=1, sort_keys=True))  # never half a state
 
 
+def ring_position(root: Path) -> float:
+    """The stamp of the ring's last line (0 for an empty ring): where a boot begins, for what came after it."""
+    ring = root / RING_FILE
+    existing = ring.read_text() if ring.exists() else ""
+    if not existing.strip():
+        return 0.0
+    tail = existing.rstrip("\n").rsplit("\n", 1)[-1]
+    return float(tail[1 : tail.index("]")])
+
+
+def lines_since_boot(root: Path) -> list[str]:
+    """The ring's messages logged since the host last booted (``boot_ring_s``, set at each power-on; every line
+    for a host that has not rebooted since it was built)."""
+    ring = root / RING_FILE
+    since = float(load_state(root).get("boot_ring_s", -1.0))
+    found = []
+    for line in (ring.read_text() if ring.exists() else "").splitlines():
+        if line.startswith("[") and "]" in line and float(line[1 : line.index("]")]) > since:
+            found.append(line[line.index("]") + 2 :])
+    return found
+
+
 def append_kernel_log(root: Path, lines: list[str], *, at_s: float | None = None) -> None:
     """Add lines to the ring with monotonic timestamps after the last one: at this moment on the ring's clock
     (``ring_epoch``) unless ``at_s`` says when, so ``dmesg --time-format=iso`` shows when they were logged."""

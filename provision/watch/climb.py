@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from provision.checks.outcome import CheckResult, Outcome
+from provision.facts.kernel_log import KERNEL_LOG
 from provision.facts.session import HostSession
 from provision.run.context import ActiveRun
 from provision.spec import LoadedSpec
@@ -83,6 +84,20 @@ def reset_gpus(session: HostSession) -> tuple[bool, str]:
     return ok, " / ".join(said)[-600:]
 
 
+def kernel_log_position(session: HostSession) -> float | None:
+    """The stamp of the node's last kernel record (seconds since boot), or None when it could not be read: a GPU
+    reset leaves the Xid that began the episode in the ring, and on a real node NVIDIA's remedy for Xid 48, 63, 94
+    or 95 is that reset, so the re-validation after it judges only what the kernel logged after this point."""
+    read = session.run(KERNEL_LOG.argv, 30.0, become=KERNEL_LOG.needs_root)
+    if not read.ok:
+        return None
+    try:
+        stamps = [line.seconds for line in KERNEL_LOG.parse(read.stdout) if line.seconds is not None]
+    except ValueError:
+        return None
+    return max(stamps) if stamps else None
+
+
 class Steps(Protocol):
     """What the ladder does to a node (the hosts, their BMCs); :class:`HostSteps` on real and simulated hosts."""
 
@@ -99,6 +114,10 @@ class HostSteps:
 
     loaded: LoadedSpec
     state_dir: Path
+    #: Where each node's kernel log stood (seconds since boot) when its GPU reset began: its re-validation judges
+    #: what was logged after. Held for the step's own pass only: a pass stopped between the step and its
+    #: judgement judges the whole log next time (the episode's Xid again: held, never returned on less).
+    kernel_marks: dict[str, float] = field(default_factory=dict)
 
     def perform(self, node: ResolvedNode, step: str) -> tuple[bool, str]:
         if step == "revalidate":
@@ -111,6 +130,9 @@ class HostSteps:
             except Exception as error:  # unreachable: the step was not done
                 return False, f"{node.name} unreachable: {type(error).__name__}: {error}"
             try:
+                mark = kernel_log_position(session)
+                if mark is not None:
+                    self.kernel_marks[node.name] = mark
                 return reset_gpus(session)
             finally:
                 session.close()
@@ -127,7 +149,7 @@ class HostSteps:
     def revalidate(self, node: ResolvedNode) -> list[CheckResult]:
         from provision.burnin.preflight import check_node
 
-        return check_node(self.loaded, node, self.state_dir)
+        return check_node(self.loaded, node, self.state_dir, kernel_after_s=self.kernel_marks.pop(node.name, None))
 
     def bmc_log(self, node: ResolvedNode) -> list[dict[str, Any]] | str:
         if self.loaded.spec.bmc is None:

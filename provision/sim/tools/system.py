@@ -35,6 +35,7 @@ from provision.sim.node import (
     ROOT_ARGS,
     append_kernel_log,
     load_state,
+    ring_position,
     save_state,
 )
 from provision.sim.tools.common import ToolError, not_simulated, privileged
@@ -443,6 +444,7 @@ def power_on(root: Path) -> int:
     state["powered"] = True
     state["boot_count"] = state.get("boot_count", 1) + 1
     state["uptime_s"] = 5.0
+    state["boot_ring_s"] = ring_position(root)  # what the ring holds from here on is this boot's
     replace_file(root / "proc" / "sys" / "kernel" / "random" / "boot_id", f"{uuid.uuid4()}\n")
     state["driver_loaded"] = None
     state["modules"] = []
