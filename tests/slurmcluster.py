@@ -8,6 +8,7 @@ wait is bounded.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -37,8 +38,12 @@ def _free(port: int) -> bool:
 
 
 def free_range(count: int) -> int:
-    """The first port of ``count`` consecutive free loopback ports."""
-    for base in range(21000, 40000, 97):
+    """``count`` consecutive free loopback ports, the first of them. The search starts at a random place: from a
+    fixed one, two xdist workers starting clusters at the same moment both found 21000 free and the second
+    slurmctld died "Address already in use"."""
+    bases = list(range(21000, 40000, 97))
+    start = random.randrange(len(bases))
+    for base in bases[start:] + bases[:start]:
         if all(_free(port) for port in range(base, base + count)):
             return base
     raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
@@ -126,7 +131,10 @@ def running(directory: Path, nodes: list[str], *, topology: str | None = None, e
                     f"--pid-file={munge / 'pid'}", f"--log-file={munge / 'log'}", f"--seed-file={munge / 'seed'}"],
                    check=True, timeout=30)
     (directory / "state").mkdir(parents=True, exist_ok=True)
-    (directory / "spool").mkdir(exist_ok=True)
+    # slurmstepd binds a unix socket per step under the spool directory (``<spool>/<node>_<job>.<step>``), and a
+    # socket path is at most 108 bytes: under a long test's tmp_path a batch step failed "Unix socket name
+    # exceeded maximum length" and its job was requeued for ever, so the spool lives under a short path
+    spool = Path(tempfile.mkdtemp(prefix="slurmd-", dir="/tmp"))
     base = free_range(len(nodes) + 1)
     if topology is not None:
         (directory / "topology.conf").write_text(topology)
@@ -134,7 +142,7 @@ def running(directory: Path, nodes: list[str], *, topology: str | None = None, e
         "ClusterName=provisiontest", "SlurmctldHost=localhost(127.0.0.1)", f"SlurmctldPort={base}",
         "AuthType=auth/munge", f"AuthInfo=socket={munge / 'sock'}", "CredType=cred/munge",
         "SlurmUser=root", "SlurmdUser=root", f"StateSaveLocation={directory / 'state'}",
-        f"SlurmdSpoolDir={directory / 'spool'}/%n", f"SlurmctldPidFile={directory / 'slurmctld.pid'}",
+        f"SlurmdSpoolDir={spool}/%n", f"SlurmctldPidFile={directory / 'slurmctld.pid'}",
         f"SlurmdPidFile={directory}/slurmd-%n.pid", f"SlurmctldLogFile={directory / 'slurmctld.log'}",
         f"SlurmdLogFile={directory}/slurmd-%n.log", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
         "ReturnToService=2", "MpiDefault=none", "SlurmdTimeout=30", "InactiveLimit=0",
@@ -159,3 +167,4 @@ def running(directory: Path, nodes: list[str], *, topology: str | None = None, e
         _stop(directory / "slurmctld.pid")
         _stop(munge / "pid")
         shutil.rmtree(munge, ignore_errors=True)
+        shutil.rmtree(spool, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""The soak stage end to end on the simulated cluster, its clock at an hour a second: faults that develop over
+"""The soak stage end to end on the simulated cluster, its clock at an hour in two seconds: faults that develop over
 hours fail their node on the trend that shows them, the acceptance states what the soak demonstrated, and a soak
 whose controller was killed continues with the time it still owes."""
 
@@ -25,18 +25,19 @@ FAULTS = [
     # strikes some 14 simulated hours after injection: after preflight (seconds, hours on this clock), mid-soak
     {"kind": "thermal_throttle_after", "node": "sim02", "target": "gpu1", "params": {"after_h": 14}},
     {"kind": "symbol_errors_growing", "node": "sim03", "target": "mlx5_0", "params": {"per_hour": 200}},
-    # its clock sags to 0.75 of its mates' under load, naming no reason, half way through the soak
-    {"kind": "clock_sag", "node": "sim04", "target": "gpu2", "params": {"after_h": 12, "factor": 0.75}},
+    # its clock sags to 0.75 of its mates' under load, naming no reason, some hours into the soak
+    {"kind": "clock_sag", "node": "sim04", "target": "gpu2", "params": {"after_h": 8, "factor": 0.75}},
 ]
 
 
-def _soak_spec(directory: Path, faults: list[dict], hosts: str, duration: str = "24h") -> Path:
+def _soak_spec(directory: Path, faults: list[dict], hosts: str, duration: str = "24h",
+               time_scale: int = 3600) -> Path:
     spec = shrink_to_four_gpus(write_spec(directory, faults, hosts=hosts, stages=["preflight", "soak"],
                                           admission={"max_failure_percent": {"burnin": 100},
                                                      "acceptance": {"mtbf_hours": 50, "confidence": 0.5}}))
     data = yaml.safe_load(spec.read_text())
     data["burnin"]["soak"] = {"duration": duration, "poll_interval_s": 3600}
-    data["simulation"]["time_scale"] = 3600  # a simulated hour a second
+    data["simulation"]["time_scale"] = time_scale  # 3600: a simulated hour a second
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     return spec
 
@@ -48,7 +49,10 @@ def _samples(spec: Path, sql: str) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def soaked(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    spec = _soak_spec(tmp_path_factory.mktemp("soak"), FAULTS, "sim[01-04]")
+    # a simulated hour in two real seconds: at one a second, the CI of stop 62 (both workers' clusters on two cores)
+    # polled every five simulated hours and started the load late, so the sagging GPU was seen busy in fewer than
+    # the three polls that fail a node and its node was admitted; on this clock the same pace is twice the polls
+    spec = _soak_spec(tmp_path_factory.mktemp("soak"), FAULTS, "sim[01-04]", time_scale=1800)
     provision(spec)
     result = run_cli("burnin", str(spec), "--json", timeout=600)
     assert result.stdout, result.stderr
