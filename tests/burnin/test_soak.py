@@ -1,4 +1,4 @@
-"""The soak stage end to end on the simulated cluster, its clock at an hour in a second or two: faults that develop over
+"""The soak stage end to end on the simulated cluster, its clock at an hour in two seconds: faults that develop over
 hours fail their node on the trend that shows them, the acceptance states what the soak demonstrated, and a soak
 whose controller was killed continues with the time it still owes."""
 
