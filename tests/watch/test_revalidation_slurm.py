@@ -2,7 +2,8 @@
 two partitions measured in docs/watch.md (``batch`` over ``revalidate``, preempt/partition_prio, CANCEL). A pass
 two hours after admission submits node-check to each; sim02's GPU logged Xid 79 meanwhile, so its node-check is
 CRITICAL and drains it; the next pass reads both ends (sim01 passed, sim02 failed), and reconcile quarantines sim02
-from its drain with node-check's check, as any node-check drain (then the ladder's first step, which it fails).
+from its drain with node-check's check, as any node-check drain (then the GPU ladder's first rung, a reset, which
+the GPU that fell off the bus refuses).
 (A preempted revalidation's end, no verdict, is read from this Slurm's recorded output in test_revalidate.py.)"""
 
 from __future__ import annotations
@@ -78,14 +79,21 @@ def test_idle_nodes_are_revalidated_and_a_critical_one_is_quarantined_with_its_c
         reasons = cluster.sinfo_reasons()
     assert second.revalidation is not None
     assert {end.node: end.verdict for end in second.revalidation.ended} == {"sim01": PASSED, "sim02": FAILED}
-    # node-check's drain, read back, then the ladder's rung: the sync at the pass's end wrote the store's reason
-    assert reasons["sim02"].startswith("provision: revalidate/xid: Xid 79"), reasons
+    # node-check's drain, read back; the sync at the pass's end wrote the store's reason, which the ladder's failed
+    # rung left as it was
+    assert reasons["sim02"].startswith("provision: node-check/xid: Xid 79"), reasons
     with StateStore(state) as store:
         sim02, sim01 = store.node("sim02"), store.node("sim01")
-        # read back from its drain at stage node-check with the check; the same pass's ladder then takes its first
-        # step (re-validate it as it is), which its Xid still fails: it stays quarantined
+        # read back from its drain at stage node-check with the check; the same pass's ladder then takes the GPU
+        # ladder's first rung, a reset, which a GPU that fell off the bus (Xid 79) refuses: the step failed, the
+        # node stays quarantined for the next rung
         moves = [(row["to_state"], row["stage"], row["reason"].split(":")[0]) for row in store.history("sim02")]
-        assert ("quarantined", "node-check", "node-check/xid") in moves, moves
+        assert moves[-1] == ("quarantined", "node-check", "node-check/xid"), moves
+        episode = store.watch_episode("sim02")
+        assert episode is not None
+        attempts = [(row["step"], row["outcome"]) for row in store.attempts("sim02", episode)]
+        assert attempts == [("gpu_reset", "failed")], attempts
+        assert "GPU is lost" in store.attempts("sim02", episode)[0]["detail"]["step"]
         assert sim02 is not None and sim02.state is NodeState.QUARANTINED, sim02
         assert sim01 is not None and sim01.state is NodeState.ADMITTED
         assert [row["verdict"] for row in store.revalidations("sim01")] == [PASSED]
