@@ -26,10 +26,11 @@ def unreachable(check: str, error: Exception) -> CheckResult:
                        "check that the host is up and reachable over SSH")
 
 
-def read_node(loaded: LoadedSpec, node: ResolvedNode,
-              state_dir: Path) -> tuple[list[CheckResult], list[GpuFabric] | None]:
+def read_node(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, *,
+              kernel_after_s: float | None = None) -> tuple[list[CheckResult], list[GpuFabric] | None]:
     """One node's preflight checks, and a compute tray's GPU fabric facts as read (None: not a tray, or not read),
-    which its domain is judged on once every tray of it has been read."""
+    which its domain is judged on once every tray of it has been read. ``kernel_after_s``: judge the kernel log
+    only after that point (seconds since boot; the watch's re-validation after a GPU reset)."""
     try:
         session = open_session(loaded, node, state_dir)
     except Exception as error:
@@ -37,14 +38,16 @@ def read_node(loaded: LoadedSpec, node: ResolvedNode,
     try:
         expect = spec_expectations.expectations(loaded, node)
         gathered = preflight.collect(session, COMMAND_TIMEOUT_S, platform=expect.platform)
+        gathered.kernel_after_s = kernel_after_s
         results = preflight.evaluate(gathered, expect)
         return results, gathered.parsed.get(GPU_FABRIC.name)
     finally:
         session.close()
 
 
-def check_node(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path) -> list[CheckResult]:
-    return read_node(loaded, node, state_dir)[0]
+def check_node(loaded: LoadedSpec, node: ResolvedNode, state_dir: Path, *,
+               kernel_after_s: float | None = None) -> list[CheckResult]:
+    return read_node(loaded, node, state_dir, kernel_after_s=kernel_after_s)[0]
 
 
 def domain_results(loaded: LoadedSpec, fabrics: dict[str, list[GpuFabric] | None]) -> dict[str, CheckResult]:

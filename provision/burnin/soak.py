@@ -31,11 +31,13 @@ from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import kernel_log, nvidia_smi
 from provision.facts.fact import Fact
 from provision.facts.session import HostSession, ReadFailed
+from provision.forecast import components
 from provision.hosts.remote import open_session
 from provision.spec import LoadedSpec
 from provision.spec.model import Soak
 from provision.spec.semantics import ResolvedNode
 from provision.state import StateStore
+from provision.state.store import ForecastRecord
 
 COMMAND_TIMEOUT_S = 60.0
 #: What changes slowly and costs more to read (pending row remaps, the kernel log's Xids) is read at most this often
@@ -47,6 +49,9 @@ MIN_PAUSE_S = 0.2
 #: The longest a round of load keeps the GPUs under matmul (real seconds): rounds of two minutes give a day's soak
 #: 700 throughput samples per GPU and keep a round well inside the node test's deadline.
 ROUND_HOLD_S = 120.0
+#: How often, on the soak's clock, each node's error counters are projected to the soak's allowance (and at the
+#: soak's end): a trend is hours in the making, and each projection reads the series from its start.
+FORECAST_EVERY_S = 3600.0
 
 
 def limits(loaded: LoadedSpec, node: ResolvedNode, settings: Soak) -> soak.SoakLimits:
@@ -153,7 +158,9 @@ class SoakStage:
         self.load = load or (lambda nodes, directory: node_stage.run_node_stage(
             loaded, nodes, store.state_dir, seed=seed, evidence_dir=directory, hold_s=self._hold_s(),
             batch=len(nodes)))  # every node under load at once: a node waiting for its batch is a node at rest
-        self.rails = {node.name: limits(loaded, node, self.settings).ports for node in nodes}  # once, not per poll
+        judged = {node.name: limits(loaded, node, self.settings) for node in nodes}  # once, not per poll
+        self.rails = {name: limit.ports for name, limit in judged.items()}
+        self.allowed = {name: limit.ib_errors_per_hour for name, limit in judged.items()}
         self.failed_rounds: dict[str, CheckResult] = {}
         self.load_error = ""
         self.rounds = 0
@@ -182,11 +189,15 @@ class SoakStage:
             fields = self._gpu_facts()
             due = elapsed  # polls keep their cadence: a slow poll shortens the pause after it, never the series
             slow_at: float | None = None
+            forecast_at: float | None = None
             while True:
                 at_s = clock()
                 slow = slow_at is None or at_s >= duration_s or at_s - slow_at >= SLOW_EVERY_S
                 slow_at = at_s if slow else slow_at
                 self._poll_all(fields, min(at_s, duration_s), slow=slow)
+                if forecast_at is None or at_s - forecast_at >= FORECAST_EVERY_S or at_s >= duration_s:
+                    forecast_at = at_s
+                    self._forecast()
                 if at_s >= duration_s:
                     break
                 if loader.ident is None:
@@ -239,6 +250,20 @@ class SoakStage:
             if values:
                 self.store.record_soak(self.campaign, node.name, at_s, values)
         self._record_rounds()
+
+    def _forecast(self) -> None:
+        """Each node's InfiniBand error counters projected to the soak's allowance over its whole length; a forecast
+        inside ``forecast.horizon`` flags the node in the store (a warning: the checks judge the counts at the end)."""
+        policy = self.loaded.spec.forecast
+        found = []
+        for node in self.nodes:
+            names = [f"{hca}/{counter}" for hca in self.rails[node.name] for counter in self.allowed[node.name]]
+            series = self.store.soak_series(self.campaign, node.name, names)
+            found += components.judge(components.soak_series(node.name, series, self.allowed[node.name],
+                                                             self.settings.hours),
+                                      horizon_h=policy.horizon_hours, window_h=policy.window_hours)
+        self.store.record_forecasts(f"soak:{self.campaign}", [ForecastRecord(*one.record()) for one in found],
+                                    run_id=None, nodes=[node.name for node in self.nodes])
 
     def _record_rounds(self) -> None:
         with self.lock:

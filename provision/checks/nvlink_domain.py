@@ -172,21 +172,44 @@ def read_nvlink5(xid: Xid) -> NvlinkXid:
     return NvlinkXid(xid, fatal, int(cause.group(1)) if cause else None)
 
 
+#: How soon after a GPU's fatal NVLink Xid another GPU's non-fatal one (with no "caused by" of its own) is read as its
+#: consequence: the gpud-quoted GB200 tray logged its Xid 145 139 us after the Xid 149 (field guide 8.4).
+CONSEQUENCE_WINDOW_S = 1.0
+
+
+def _consequence_of(entry: NvlinkXid, fatal: list[NvlinkXid]) -> NvlinkXid | None:
+    """The fatal NVLink Xid on another GPU that ``entry`` (non-fatal, naming no cause) followed within
+    :data:`CONSEQUENCE_WINDOW_S`, if any: the latest such."""
+    if entry.fatal or entry.caused_by is not None or entry.xid.code not in NVLINK5_XIDS or entry.xid.seconds is None:
+        return None
+    before = [root for root in fatal if root.xid.pci != entry.xid.pci and root.xid.seconds is not None
+              and 0 <= entry.xid.seconds - root.xid.seconds <= CONSEQUENCE_WINDOW_S]
+    return max(before, key=lambda root: root.xid.seconds or 0.0) if before else None
+
+
 def judge_nvlink5_xids(xids: list[Xid]) -> CheckResult:
     """Xids 144-150 by what their line says: a fatal sub-code fails the GPU that logged it; a non-fatal one warns;
     a line "caused by previous Xid N" (N one of them; the line may be another Xid, e.g. 45) is blamed on the GPU
-    that logged Xid N (the root), never on the GPU that reported the consequence. Other Xids are the ``xid``
-    check's."""
+    that logged Xid N (the root), never on the GPU that reported the consequence; a non-fatal one that names no
+    cause but came within :data:`CONSEQUENCE_WINDOW_S` of another GPU's fatal one is listed as that GPU's
+    consequence. Other Xids are the ``xid`` check's."""
     # an NVLink 5 Xid, or any Xid one of them caused (an Xid 45 after an Xid 149)
     read = [entry for entry in map(read_nvlink5, xids)
             if entry.xid.code in NVLINK5_XIDS or entry.caused_by in NVLINK5_XIDS]
     if not read:
         return CheckResult("nvlink5_xid", Outcome.OK, "no NVLink 5 Xid in the kernel log")
     roots = {entry.xid.code: entry.xid.pci for entry in read if entry.caused_by is None}
+    fatal = [entry for entry in read if entry.fatal and entry.caused_by is None]
     blamed: dict[str, list[str]] = {}
     warned = []
     for entry in read:
-        if entry.caused_by is not None:
+        cause = _consequence_of(entry, fatal)
+        if cause is not None:  # a non-fatal NVLink error right after another GPU's fatal one: its link's far end
+            gap = (entry.xid.seconds or 0.0) - (cause.xid.seconds or 0.0)
+            blamed.setdefault(f"GPU {cause.xid.pci}", []).append(
+                f"Xid {entry.xid.code} on GPU {entry.xid.pci}: {entry.xid.detail}, {gap * 1e6:.0f} us after GPU "
+                f"{cause.xid.pci}'s Xid {cause.xid.code}: its consequence, nothing of its own")
+        elif entry.caused_by is not None:
             root = roots.get(entry.caused_by) or next((xid.pci for xid in xids if xid.code == entry.caused_by), None)
             where = f"GPU {root}" if root else "a GPU whose Xid is not in this log"
             blamed.setdefault(where, []).append(f"Xid {entry.xid.code} on GPU {entry.xid.pci} caused by Xid "

@@ -106,6 +106,9 @@ class Gathered:
     #: The exit status of each probe that ran to an end (not lost, timed out or refused): a non-zero one is the
     #: host's own answer (an IMEX daemon that does not serve), where a lost one says nothing about the host.
     exits: dict[str, int] = field(default_factory=dict)
+    #: Judge only the kernel records stamped after this (seconds since boot): the re-validation after a GPU
+    #: reset, whose earlier records (the Xid that began the episode) were judged already and stay in the ring.
+    kernel_after_s: float | None = None
 
 
 COMMAND_NOT_FOUND = 127  # the shell's exit status for a command it cannot find
@@ -278,7 +281,12 @@ def _kernel_lines_read(gathered: Gathered) -> list[kernel_log.KernelLine]:
     bare = next((line.message for line in lines if line.seconds is None and line.stamp is None), None)
     if bare is not None:  # dmesg stamps every record: a line without one is a format we do not know, or cut
         raise Unknown(f"a kernel log line without the time dmesg prints: {bare[:120]!r}")
-    return lines
+    after = gathered.kernel_after_s
+    if after is None:
+        return lines
+    if all(line.seconds is None for line in lines):  # wall-clock stamps only: "after" cannot be told, all judged
+        return lines
+    return [line for line in lines if line.seconds is not None and line.seconds > after]
 
 
 def _nvlink5(xid: kernel_log.Xid) -> bool:

@@ -171,7 +171,8 @@ def status(spec: Path | None, state_dir: Path | None, as_json: bool) -> int:
             emit_json({"cluster": cluster, "state_dir": str(directory), "counts": store.counts(),
                        "capacity": capacity(len(in_spec), admitted, spare).as_dict() if spare is not None else None,
                        "nodes": [record.as_dict() for record in store.nodes()],
-                       "last_run": runs[0] if runs else None, "watch_breaker": store.breaker()})
+                       "last_run": runs[0] if runs else None, "watch_breaker": store.breaker(),
+                       "forecasts": [row for row in store.forecasts() if row["hours"] is not None]})
         else:
             print_status(cluster, store, spare)
     return EXIT_OK

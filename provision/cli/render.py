@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from rich.table import Table
 
@@ -37,6 +37,29 @@ def print_status(cluster: str, store: StateStore, spare_fraction: float | None =
         out.print(capacity(len(in_spec), admitted, spare_fraction).line(), markup=False)
     print_sinks(store)
     print_breaker(store)
+    print_forecasts(store)
+
+
+def print_forecasts(store: StateStore) -> None:
+    """The components forecast to reach their threshold within the spec's horizon: warnings, not verdicts."""
+    flagged = [row for row in store.forecasts() if row["flagged"]]
+    if not flagged:
+        return
+    table = Table(title="forecast to fail (a warning: no node is drained for it)", title_justify="left")
+    for column in ("node", "component", "in", "from", "why"):
+        table.add_column(column)
+    for row in flagged:
+        table.add_row(row["node"], row["component"], forecast_span(row), row["source"], row["why"])
+    out.print(table)
+
+
+def forecast_span(row: dict[str, Any]) -> str:
+    """``12 h (8-20 h)``: the projection and its interval, as of the forecast."""
+    if row["hours"] is None:
+        return "no trend"
+    low, high = row["low"], row["high"]
+    interval = f" ({low:.0f}-{high:.0f} h)" if low is not None and high is not None and low != high else ""
+    return f"{row['hours']:.0f} h{interval}"
 
 
 def print_breaker(store: StateStore) -> None:

@@ -19,12 +19,11 @@ from provision.cli.common import (
     state_dir_option,
 )
 from provision.errors import EXIT_OK, EXIT_PROBLEMS, UsageProblem
+from provision.fleet import domains
 from provision.network.sources import design_fabric, problem_places, read_observed, simulated_dump
 from provision.network.view import view_of_spec
 from provision.spec import LoadedSpec, load_fabric_spec, load_spec
-from provision.state import NodeState
 from topology import export, rules
-from topology.hostlist import expand
 
 
 @click.group()
@@ -94,32 +93,13 @@ def topology_slurm(spec: Path, output: Path | None, plugin: str | None, admitted
 
 def _domain_trays(loaded: LoadedSpec, state_dir: Path | None,
                   admitted: bool) -> tuple[list[tuple[str, list[str]]], dict[str, str]]:
-    """Each domain's trays; with ``admitted``, what the domain's policy lets run jobs of what the store admitted
-    (``hold``: all its trays or none; ``shrink``: the admitted ones, if at least ``min_trays``), and a note each."""
-    gpus = {name: profile.gpu.count for name, profile in loaded.spec.hardware.items()}
-    profile_of = {node.name: node.hardware for node in loaded.nodes}
-    domains, notes = [], {}
-    passed: set[str] = set()
+    """Each domain's trays jobs may use (``--admitted``: by its policy, from the store) and a note each."""
+    states = None
     if admitted:
         with existing_store(state_dir_of(loaded, state_dir)) as store:
-            passed = {record.name for record in store.nodes() if record.state is NodeState.ADMITTED}
-    for domain in loaded.spec.nvlink_domains:
-        trays = expand(domain.hosts)
-        per_tray = gpus[profile_of[trays[0]]]
-        kept = [tray for tray in trays if tray in passed] if admitted else trays
-        if admitted and len(kept) < len(trays):
-            floor = (domain.min_trays or 1) if domain.on_tray_failure == "shrink" else len(trays)
-            if len(kept) < floor:
-                notes[domain.name] = (f"{len(kept)} of {len(trays)} trays admitted, under the {floor} its policy "
-                                      f"({domain.on_tray_failure}) needs: no block")
-                kept = []
-            else:
-                notes[domain.name] = (f"degraded: {len(kept)} of {len(trays)} trays admitted, a domain of "
-                                      f"{len(kept) * per_tray} GPUs")
-        else:
-            notes[domain.name] = f"{len(trays)} trays, {len(trays) * per_tray} GPUs"
-        domains.append((domain.name, kept))
-    return domains, notes
+            states = {record.name: record.state.value for record in store.nodes()}
+    found = domains.standings(loaded, states)
+    return [(one.name, list(one.usable)) for one in found], {one.name: one.note for one in found}
 
 
 @topology.command(name="draw")

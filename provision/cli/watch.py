@@ -110,6 +110,7 @@ def _render(result: PassResult, as_json: bool) -> None:
             out.print(f"  {action.cable}: {action.klass}" + (f" ({'; '.join(done)})" if done else ""), markup=False)
     for move in result.moves:
         out.print(f"{move.node}: {move.target} by the watch: {move.reason}", markup=False)
+    _render_warnings_and_checks(result)
     for item in result.climbed:
         out.print(f"{item.node}: ladder {item.step or item.action}: {item.outcome} ({item.why})", markup=False)
     for problem in result.problems:
@@ -120,3 +121,15 @@ def _render(result: PassResult, as_json: bool) -> None:
         out.print(f"breaker tripped: {breaker}; held: "
                   + (", ".join(f"{move.node} ({move.reason})" for move in held) or "nothing new this pass")
                   + "; clear with provision watch SPEC --clear-breaker once the cause is found", markup=False)
+
+
+def _render_warnings_and_checks(result: PassResult) -> None:
+    """What the pass forecast (warnings, no action) and how its revalidation jobs stand."""
+    for row in result.forecasts:
+        out.print(f"forecast: {row['node']} {row['component']}: its threshold in {row['hours']:.0f} h ({row['why']}); "
+                  "a warning, no action", markup=False)
+    if result.revalidation is not None:
+        for end in result.revalidation.ended:
+            out.print(f"{end.node}: revalidation job {end.job_id} {end.verdict} ({end.detail})", markup=False)
+        for node, job_id in result.revalidation.submitted.items():
+            out.print(f"{node}: revalidation job {job_id} submitted", markup=False)

@@ -52,6 +52,7 @@ class Xid:
     pid: str | None
     process: str | None
     detail: str
+    seconds: float | None = None  # since boot, where the log says: how far apart two Xids of one node were
 
 
 def _kernel_line(raw: str) -> KernelLine | None:
@@ -107,12 +108,15 @@ def find_xids(lines: list[KernelLine]) -> list[Xid]:
         match = _XID.search(line.message)
         if match:
             found.append(Xid(match.group(1).lower(), int(match.group(2)), match.group(3), match.group(4),
-                             match.group(5).strip()))
+                             match.group(5).strip(), line.seconds))
     return found
 
 
 #: Refused to an unprivileged user where ``kernel.dmesg_restrict=1`` (Ubuntu's default).
 KERNEL_LOG = fact.command("kernel_log", ["dmesg"], parse_kernel_log, needs_root=True)
+#: The same ring with each line's wall-clock time and zone (util-linux ``--time-format=iso``): what a failed job's
+#: window is matched against (``provision triage --job``); seconds since boot would need the boot's own time.
+KERNEL_LOG_ISO = fact.command("kernel_log_iso", ["dmesg", "--time-format=iso"], parse_kernel_log, needs_root=True)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from provision.facts.fact import Fact
 _ALL: tuple[Fact[Any], ...] = (
     nvidia_smi.GPUS, nvidia_smi.TELEMETRY, nvidia_smi.GPU_QUERY_FIELDS, nvidia_smi.REMAPPED_ROWS,
     nvidia_smi.RETIRED_PAGES, nvidia_smi.NVLINK,
-    nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, lspci.LSPCI, lspci.PCI_DEVICES,
+    nvidia_smi.NVLINK_ERRORS, nvidia_smi.TOPOLOGY, kernel_log.KERNEL_LOG, kernel_log.KERNEL_LOG_ISO, lspci.LSPCI,
+    lspci.PCI_DEVICES,
     infiniband.IBSTAT, infiniband.INFINIBAND, system.DF, system.SWAPS, system.CMDLINE, system.MACHINE,
     packages.MODULES,
     packages.PEERMEM_REGISTRATION, packages.FABRIC_MANAGER, packages.DPKG_STATUS,

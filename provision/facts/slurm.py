@@ -165,7 +165,7 @@ def parse_listing(text: str) -> list[dict[str, object]]:
 #: The fields of a job the watch reads (``scontrol -o show job``: one line per job, ``Key=value`` separated by
 #: spaces; only ``Command=`` and a few paths could hold a space, and none of these follows one).
 _JOB_KEY = re.compile(r"(?:^|\s)(JobId|JobName|JobState|Reason|ExitCode|Partition|NodeList|Restarts|SubmitTime|"
-                      r"StartTime|EndTime|StdOut)=(\S*)")
+                      r"StartTime|EndTime|StdOut|StdErr)=(\S*)")
 #: What slurmctld says when it holds no job (a completed one is kept only ``MinJobAge``, 300 s by default).
 NO_JOBS = "No jobs in the system"
 
@@ -188,12 +188,13 @@ class SlurmJob:
     started: str  # "" until it starts
     ended: str  # "" until it ends
     stdout: str
+    stderr: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return {"job_id": self.job_id, "name": self.name, "state": self.state, "reason": self.reason,
                 "exit_code": self.exit_code, "signal": self.signal, "partition": self.partition,
                 "nodes": list(self.nodes), "restarts": self.restarts, "submitted": self.submitted,
-                "started": self.started, "ended": self.ended, "stdout": self.stdout}
+                "started": self.started, "ended": self.ended, "stdout": self.stdout, "stderr": self.stderr}
 
 
 def _time(value: str) -> str:
@@ -219,7 +220,7 @@ def parse_jobs(text: str) -> list[SlurmJob]:
                              tuple(hostlist.expand(nodes)) if nodes and nodes != "(null)" else (),
                              int(keys.get("Restarts", "0")), _time(keys.get("SubmitTime", "")),
                              _time(keys.get("StartTime", "")), _time(keys.get("EndTime", "")),
-                             keys.get("StdOut", "")))
+                             keys.get("StdOut", ""), keys.get("StdErr", "")))
     return jobs
 
 

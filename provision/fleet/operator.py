@@ -3,6 +3,7 @@ history."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from provision.errors import UsageProblem
 from provision.run.context import SpecIdentity, mutating_run
 from provision.spec import LoadedSpec
 from provision.state import NodeRecord, NodeState, StateStore
+from provision.state.lifecycle import JOB_STAGE, TRIAGE
 from topology import hostlist
 
 COMMANDS = {NodeState.ADMITTED: "admit", NodeState.QUARANTINED: "quarantine", NodeState.DRAINED: "drain"}
@@ -84,3 +86,48 @@ def _move(directory: Path, command: str, target: NodeState, hosts: str, reason: 
                 store.transition(name, target, run_id=run.id, reason=reason, stage=stage,
                                  evidence=evidence)
     return Move(names, target, reason, run.id, run.path)
+
+
+@dataclass(frozen=True)
+class JobDrain:
+    """What ``provision triage --drain`` did: the nodes it took out of service, and the blamed ones it left (not
+    admitted, or not in the store), each with why."""
+
+    drained: list[str]
+    left: dict[str, str]
+    run_id: str
+    record: Path
+
+    def as_dict(self) -> dict[str, object]:
+        return {"drained": self.drained, "left": self.left, "run_id": self.run_id, "record": str(self.record)}
+
+
+def drain_for_job(directory: Path, job_id: str, blamed: dict[str, list[str]], *, argv: list[str],
+                  spec: LoadedSpec | None = None, evidence: Path | None = None) -> JobDrain:
+    """Quarantine the admitted nodes a failed job's triage blamed (``blamed``: node -> the evidence), at stage
+    ``job`` with the job's id and the evidence in their history, inside one recorded run: Slurm follows the store
+    as after any run. A blamed node that is not admitted is left as it is (already out of service, or never ours),
+    and said so: the triage names it either way."""
+    if StateStore.open_readonly(directory) is None:
+        raise UsageProblem(f"no state store in {directory}: run `provision apply` first")
+    identity = SpecIdentity(spec.path.resolve(), spec.sha256) if spec is not None else None
+    drained: list[str] = []
+    left: dict[str, str] = {}
+    with mutating_run(directory, TRIAGE, argv, spec=identity) as run:
+        store = run.store
+        run.note("job_drain", {"job": job_id, "blamed": blamed})
+        if evidence is not None:  # what the verdict was read from, kept with the run that acted on it
+            shutil.copytree(evidence, run.path / "evidence", dirs_exist_ok=True)
+        with store.transaction():
+            for name, why in sorted(blamed.items()):
+                record = store.node(name)
+                if record is None:
+                    left[name] = "not in the state store"
+                elif record.state is not NodeState.ADMITTED:
+                    left[name] = f"{record.state.value}, not admitted: left as it is"
+                else:
+                    store.transition(name, NodeState.QUARANTINED, run_id=run.id, stage=JOB_STAGE,
+                                     reason=f"job {job_id}: {why[0] if why else 'blamed by its triage'}",
+                                     evidence={"job": job_id, "triage": why})
+                    drained.append(name)
+    return JobDrain(drained, left, run.id, run.path)

@@ -9,7 +9,8 @@ start, eject the node" flow.
 It speaks Nagios: exit 0 OK, 1 WARNING, 2 CRITICAL (a check failed), 3 UNKNOWN (a check could not read, or there
 is no check file), one summary line first. With ``--drain`` a CRITICAL node drains itself in Slurm with the
 check's reason, prefixed ``provision node-check:`` — not ``provision:``, so a later sync of the store (where the
-node is still admitted) leaves that drain alone, as it leaves an administrator's, until someone looks.
+node is still admitted) leaves that drain alone, as it leaves an administrator's, until someone looks; and a node
+already drained, for any reason, is not drained again over it (:func:`drained_already`).
 
 This module runs on the node from the burn-in's runtime, where the controller's package is absent: standard
 library only, Python 3.10 (``python -m provision.node_check``, what the node_runtime role's
@@ -105,6 +106,33 @@ def drain_reason(check: NodeCheck) -> str:
     return " ".join(f"{DRAIN_PREFIX} {check.summary}".split())[:240]
 
 
+_STATE = re.compile(r"(?:^|\s)State=(\S+)")
+_REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]]*\])?(?:\s+\w+=|$)")
+
+
+def drained_already(name: str) -> str | None:
+    """The reason the node is drained (or draining) with in Slurm now, or None when it is not, or Slurm could not
+    say. As Slurm's HealthCheckProgram this runs every interval while a check keeps failing: draining again would
+    write over whatever reason holds the node now (an administrator's ticket, the store's ``provision:`` reason
+    once the watch made the drain its own), so a node already out is left as it is. Unreadable: drain anyway,
+    since a node that failed its check must not stay in service on a read that went wrong."""
+    try:
+        done = subprocess.run(["scontrol", "-o", "show", "node", name], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return drain_reason_of(done.stdout) if done.returncode == 0 else None
+
+
+def drain_reason_of(line: str) -> str | None:
+    """From one node's ``scontrol -o show node`` line: its drain reason (``""`` when it gives none) if its state
+    carries DRAIN (``IDLE+DRAIN``, ``MIXED+DRAIN``, ``DOWN+DRAIN``), else None."""
+    state = _STATE.search(line)
+    if state is None or "DRAIN" not in state.group(1).upper():
+        return None
+    reason = _REASON.search(line)
+    return reason.group(1).strip() if reason else ""
+
+
 def run(path: Path, *, timeout_s: float = 8.0, drain: bool = False) -> NodeCheck:
     try:
         node, expect = read_check_file(path)
@@ -114,6 +142,10 @@ def run(path: Path, *, timeout_s: float = 8.0, drain: bool = False) -> NodeCheck
     check = verdict(node, preflight.run(session, expect, timeout_s))
     if drain and check.status == "CRITICAL":
         name = os.environ.get("SLURMD_NODENAME") or node
+        held = drained_already(name)
+        if held is not None:
+            check.drained = f"{name} is drained in Slurm already ({held or 'no reason'}): left as it is"
+            return check
         try:
             done = subprocess.run(["scontrol", "update", f"nodename={name}", "state=drain",
                                    f"reason={drain_reason(check)}"], capture_output=True, text=True, timeout=10)

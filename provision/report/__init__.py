@@ -106,8 +106,12 @@ def _plots(data: ReportData) -> dict[str, Any]:
                  if point["node"] == node]) for node in dict.fromkeys(point["node"] for point in row["points"])],
         y_label=row["unit"], threshold=row["floor"], threshold_label=f"floor {row['floor']:.4g}",
         band=(row["p05"], row["p95"]), zoom=True) for row in data.baseline]
+    forecasts = [plots.projection(f"{row['node']} {row['component']}: {row['why']}", row["points"], at_h=row["at_h"],
+                                  count=row["count"], hours=row["hours"], low=row["low"], high=row["high"],
+                                  threshold=row["threshold"], y_label="count") for row in data.forecasts
+                 if row["points"]]
     return {"busbw": busbw, "gpus": gpus, "pairs": pairs, "training": training, "soak": _soak_plots(data),
-            "baseline": against}
+            "baseline": against, "forecasts": forecasts}
 
 
 #: What the report plots of each soaked node: (title, the series' quantity, y label, plotted as growth since the

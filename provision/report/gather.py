@@ -19,8 +19,9 @@ from typing import Any
 from provision.checks import baseline
 from provision.checks.node_stage import on_gpu
 from provision.errors import Refusal, UsageProblem
-from provision.fleet import baselines, history
+from provision.fleet import baselines, domains, history
 from provision.fleet.capacity import capacity
+from provision.forecast import components
 from provision.network import cable_health
 from provision.network.sources import design_fabric, places_of_cables
 from provision.network.view import view_of_cluster
@@ -60,6 +61,8 @@ class ReportData:
     acceptance: str = ""  # what the soak demonstrated against admission.acceptance, as the burn-in said it
     soak: list[dict[str, Any]] = field(default_factory=list)  # per node plotted: its thinned series and findings
     soak_note: str = ""  # which nodes' telemetry is plotted, of how many soaked
+    forecasts: list[dict[str, Any]] = field(default_factory=list)  # components with a trend, flagged first
+    domains: list[dict[str, Any]] = field(default_factory=list)  # each NVLink domain's trays and what remains
     baseline: list[dict[str, Any]] = field(default_factory=list)  # per profile and figure: the delivery against it
     returned: list[dict[str, Any]] = field(default_factory=list)  # nodes back from repair: before and after
 
@@ -163,6 +166,45 @@ def soak_rows(store: ReadStore, campaign: str | None, cards: list[dict[str, Any]
     note = (f"{len(chosen)} of {len(soaked)} soaked node(s) plotted: every node the soak failed"
             f"{f' and {len(chosen) - len(failed)} healthy for reference' if len(chosen) > len(failed) else ''}")
     return rows, note
+
+
+def forecast_rows(store: ReadStore, window_h: float = 24.0) -> list[dict[str, Any]]:
+    """Every component with a trend (flagged ones first), with the series it was made from, counted from its first
+    sample and thinned for plotting: a soak's from its polls (hours into the soak), the watch's from the counter
+    snapshots' changes over the link-health window ``window_h`` that ended at the forecast (hours into it)."""
+    rows = []
+    for row in sorted(store.forecasts(), key=lambda row: (not row["flagged"], row["node"], row["component"])):
+        if row["hours"] is None:
+            continue
+        points: list[tuple[float, float]] = []
+        source, _, campaign = row["source"].partition(":")
+        if source == "soak":
+            samples = store.soak_series(campaign, row["node"], [row["component"]]).get(row["component"], [])
+            base = samples[0][1] if samples else 0.0
+            points = [(round(at / 3600, 4), value - base) for at, value in plots.thin(samples)]
+        elif source == "watch":
+            points, origin = _watch_points(store, row["component"], row["at_h"], window_h)
+            row = {**row, "at_h": row["at_h"] - origin}
+        rows.append({**row, "points": points})
+    return rows
+
+
+def _watch_points(store: ReadStore, component: str, at_h: float, window_h: float) -> tuple[list[tuple[float, float]],
+                                                                                          float]:
+    """A watch forecast's series (``<node>/<port> <counter>``): the port's counted changes over the window that
+    ended at ``at_h``, in hours from the window's first read, and that first read's hour."""
+    where, _, counter = component.rpartition(" ")
+    node, _, port = where.rpartition("/")
+    end = at_h * 3600.0
+    _, _, deltas = store.watch_signals_since(end - window_h * 3600.0)
+    changes = [(delta.start, delta.end, float(delta.delta)) for delta in deltas
+               if delta.port_node == node and str(delta.port) == port and delta.counter == counter
+               and delta.end <= end]
+    if not changes:
+        return [], at_h
+    samples = components.counted_series(node, component, changes, 0.0).samples  # hours, counted from the first
+    origin = samples[0][0]
+    return plots.thin([(round(hour - origin, 4), count) for hour, count in samples]), origin
 
 
 def node_records(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -336,6 +378,9 @@ def gather(loaded: LoadedSpec, state_dir: Path, *, run_id: str | None = None,
                     "reason": record.reason} for record in in_spec],
             cards=_cards(store, in_spec), thresholds=[], cable_findings=findings)
         data.soak, data.soak_note = soak_rows(store, soak_campaign(store, runs, campaign), data.cards)
+        data.forecasts = forecast_rows(store, loaded.spec.fabric.link_health.window_hours)
+        data.domains = [one.as_dict() for one in domains.standings(
+            loaded, {record.name: record.state.value for record in nodes})]
         records = node_records(runs)
         data.baseline = baseline_rows(loaded, store, runs, records)
         data.returned = returned_rows(store, in_spec, runs, records)

@@ -269,6 +269,50 @@ def timeline(title: str, series: Sequence[Series], *, y_label: str, flagged: fro
     return _frame(title, count, body)
 
 
+def projection(title: str, points: Sequence[tuple[float, float]], *, at_h: float, count: float, hours: float,
+               low: float | None, high: float | None, threshold: float, y_label: str) -> str:
+    """A forecast: the counted series (x in hours on its own clock), the threshold dashed, and the projection from
+    the forecast's moment to the threshold at its projected hour, the interval's ends marked on the threshold line.
+    The projection is drawn straight: it says where and when, the model's curve is in its text."""
+    if not points:
+        return _frame(title, 0, [f'<text x="{LEFT}" y="60" class="empty">no measurements</text>'])
+    reach = at_h + hours
+    ends = [reach] + [at_h + value for value in (low, high) if value is not None]
+    x_low, x_high = min(x for x, _ in points), max(max(x for x, _ in points), *ends)
+    x_high = max(x_high, x_low + 1e-9)
+    y_low, y_high = _span([y for _, y in points] + [count], threshold)
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x_of(value: float) -> float:
+        return LEFT + (value - x_low) / (x_high - x_low) * plot_w
+
+    def y_of(value: float) -> float:
+        return TOP + plot_h - (value - y_low) / (y_high - y_low) * plot_h
+
+    body = _y_axis(y_low, y_high, y_label, y_of)
+    body.append(f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" class="axis"/>')
+    for tick in _ticks(x_low, x_high):
+        body.append(f'<text x="{x_of(tick):.1f}" y="{HEIGHT - BOTTOM + 16}" class="tick" text-anchor="middle">'
+                    f"{_fmt(tick)}</text>")
+    body.append(f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 8}" class="axis-label" text-anchor="middle">'
+                "hours</text>")
+    body += _threshold(threshold, f"threshold {_fmt(threshold)}", y_of, y_low, y_high)
+    ordered = sorted(points)
+    path = " ".join(f"{x_of(x):.1f},{y_of(y):.1f}" for x, y in ordered)
+    body.append(f'<polyline points="{path}" fill="none" stroke="{PALETTE[0]}" stroke-width="1.5"/>')
+    for x, y in ordered:
+        body.append(f'<circle class="point" cx="{x_of(x):.1f}" cy="{y_of(y):.1f}" r="1.8" fill="{PALETTE[0]}">'
+                    f"<title>{x:.2f} h: {_fmt(y)} {escape(y_label)}</title></circle>")
+    body.append(f'<line x1="{x_of(at_h):.1f}" y1="{y_of(count):.1f}" x2="{x_of(reach):.1f}" '
+                f'y2="{y_of(threshold):.1f}" stroke="{FLAG}" stroke-width="1.5" stroke-dasharray="6 4" '
+                f'class="projection"><title>projected: {_fmt(threshold)} at {reach:.1f} h</title></line>')
+    for value in (low, high):
+        if value is not None:
+            body.append(f'<circle class="interval" cx="{x_of(at_h + value):.1f}" cy="{y_of(threshold):.1f}" r="3" '
+                        f'fill="none" stroke="{FLAG}"><title>interval end: {at_h + value:.1f} h</title></circle>')
+    return _frame(title, len(ordered), body)
+
+
 def thin(points: Sequence[tuple[float, float]], buckets: int = 60) -> list[tuple[float, float]]:
     """At most two points per bucket of time, its lowest and its highest, in time order: a spike or a sag of a
     single poll survives the thinning, which an every-n-th sample would drop."""

@@ -10,6 +10,7 @@ they always do, so nothing reading them knows the fault was scheduled.
 from __future__ import annotations
 
 import fcntl
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,16 @@ from provision.sim.files import replace_file
 MARKER = "var/lib/provision-sim/developing"
 #: What a GPU reports once its cooling can no longer keep up under load (nvidia-smi's names).
 THROTTLED = ["sw_thermal_slowdown", "hw_slowdown", "hw_thermal_slowdown"]
+#: SymbolErrorCounter and PortRcvErrors are 16-bit PMA counters (IBA PortCounters) that saturate rather than wrap:
+#: sysfs shows them stopping at 65535.
+COUNTER_MAX = 65535
+
+
+def counted(per_hour: float, doubling_h: float, hours: float) -> int:
+    """Events a counter gained in ``hours`` at ``per_hour``, that rate doubling every ``doubling_h`` (0: steady)."""
+    if doubling_h <= 0:
+        return int(per_hour * hours)
+    return int(per_hour * doubling_h / math.log(2) * (2 ** min(hours / doubling_h, 60.0) - 1))
 
 
 def hours_since(state: dict[str, Any], since: float) -> float:
@@ -48,8 +59,10 @@ def advance(root: Path) -> None:
                 after["struck"] = True
                 changed = True
         for growth in state.get("ib_counter_growth", []):
-            grown = int(growth["per_hour"] * hours_since(state, growth["since"]))
+            grown = counted(growth["per_hour"], growth.get("doubling_h", 0.0), hours_since(state, growth["since"]))
             path = root / "sys/class/infiniband" / growth["hca"] / "ports/1/counters" / growth["counter"]
-            replace_file(path.resolve(), f"{growth['base'] + grown}\n")  # a new file: templates stay shared
+            # the PMA's 16-bit error counters stop at their largest value rather than wrap (IBA PortCounters)
+            value = min(growth["base"] + grown, COUNTER_MAX)
+            replace_file(path.resolve(), f"{value}\n")  # a new file: templates stay shared
         if changed:
             save_state(root, state)

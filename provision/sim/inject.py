@@ -224,11 +224,13 @@ def clock_sag(node: NodeContext, params: dict[str, Any], target: str | None) -> 
 
 
 def symbol_errors_growing(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
-    """The HCA port's symbol errors grow by ``per_hour`` on the simulated clock (a marginal cable or transceiver)."""
+    """The HCA port's symbol errors grow by ``per_hour`` on the simulated clock (a marginal cable or transceiver),
+    that rate doubling every ``doubling_h`` hours when given (a link degrading)."""
     name = target or node.hardware.hcas[0].name
     counter = node.ib_port(name) / "counters" / "symbol_error"
     node.state.setdefault("ib_counter_growth", []).append(
         {"hca": name, "counter": "symbol_error", "per_hour": params["per_hour"], "since": time.time(),
+         "doubling_h": params.get("doubling_h", 0.0),
          "base": int(counter.read_text().strip() or 0) if counter.exists() else 0})
     schedule(node.root)
 

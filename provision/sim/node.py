@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -134,6 +135,9 @@ def initial_state(hardware: NodeHardware, kernel: str) -> dict[str, Any]:
         "kernel": kernel,
         "boot_count": 1,
         "uptime_s": 3600.0,
+        # the wall-clock moment the kernel ring's seconds count from (delivered booted an hour ago); it stays at
+        # reboots, as the ring keeps earlier boots' lines: its seconds are one clock, the lines' times true
+        "ring_epoch": time.time() - 3600.0,
         "gpus": [{**asdict(gpu), "present": True, "temperature_c": 34, "ecc_mode": "Enabled",
                   "ecc_uncorrected_volatile": 0, "ecc_corrected_volatile": 0, "retired_sbe": 0, "retired_dbe": 0,
                   "retired_pending": False, "remap_pending": False, "remap_failure": False, "remapped_correctable": 0,
@@ -211,14 +215,39 @@ def save_state(root: Path, state: dict[str, Any]) -> None:
     replace_file(root / STATE_FILE, json.dumps(state, indent=1, sort_keys=True))  # never half a state
 
 
+def ring_position(root: Path) -> float:
+    """The stamp of the ring's last line (0 for an empty ring): where a boot begins, for what came after it."""
+    ring = root / RING_FILE
+    existing = ring.read_text() if ring.exists() else ""
+    if not existing.strip():
+        return 0.0
+    tail = existing.rstrip("\n").rsplit("\n", 1)[-1]
+    return float(tail[1 : tail.index("]")])
+
+
+def lines_since_boot(root: Path) -> list[str]:
+    """The ring's messages logged since the host last booted (``boot_ring_s``, set at each power-on; every line
+    for a host that has not rebooted since it was built)."""
+    ring = root / RING_FILE
+    since = float(load_state(root).get("boot_ring_s", -1.0))
+    found = []
+    for line in (ring.read_text() if ring.exists() else "").splitlines():
+        if line.startswith("[") and "]" in line and float(line[1 : line.index("]")]) > since:
+            found.append(line[line.index("]") + 2 :])
+    return found
+
+
 def append_kernel_log(root: Path, lines: list[str], *, at_s: float | None = None) -> None:
-    """Add lines to the ring with monotonic timestamps after the last one."""
+    """Add lines to the ring with monotonic timestamps after the last one: at this moment on the ring's clock
+    (``ring_epoch``) unless ``at_s`` says when, so ``dmesg --time-format=iso`` shows when they were logged."""
     ring = root / RING_FILE
     existing = ring.read_text() if ring.exists() else ""
     last = 0.0
     if existing.strip():
         tail = existing.rstrip("\n").rsplit("\n", 1)[-1]
         last = float(tail[1 : tail.index("]")])
+    if at_s is None and (root / STATE_FILE).exists() and (epoch := load_state(root).get("ring_epoch")) is not None:
+        at_s = time.time() - float(epoch)
     stamp = max(last + 0.000001, at_s or 0.0)
     added = []
     for line in lines:

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from provision.fleet import domains
 from provision.fleet.capacity import capacity
 from provision.report.gather import busbw_rows, gpu_rows, link_health, node_records, pair_rows
 from provision.spec import LoadedSpec
@@ -90,7 +91,44 @@ def families(loaded: LoadedSpec, store: ReadStore, state_dir: Path) -> list[Fami
     state = store.breaker()
     breaker.add(1 if state and state["tripped"] else 0, cluster=cluster)
     return [*_node_families(loaded, store, cluster), *_run_families(runs, cluster), *_burnin_families(runs, cluster),
-            suspects, *soak_families(store, cluster), breaker, *watch_families(store, runs, cluster)]
+            suspects, *soak_families(store, cluster), breaker, *watch_families(store, runs, cluster),
+            *forecast_families(store, cluster), *domain_families(loaded, store, cluster)]
+
+
+def domain_families(loaded: LoadedSpec, store: ReadStore, cluster: str) -> list[Family]:
+    """Each NVLink domain's trays by state and the GPUs its policy leaves jobs (issue 53): a degraded domain's
+    remaining size, as topology.conf gives it; none for a spec without domains."""
+    if not loaded.spec.nvlink_domains:
+        return []
+    trays = Family("provision_nvlink_domain_trays", "Compute trays of each NVLink domain, by lifecycle state")
+    usable = Family("provision_nvlink_domain_usable_gpus", "GPUs of each NVLink domain its on_tray_failure policy "
+                    "leaves jobs (0: held until whole again)")
+    states = {record.name: record.state.value for record in store.nodes()}
+    for one in domains.standings(loaded, states):
+        counted: dict[str, int] = {}
+        for state in one.states.values():
+            counted[state] = counted.get(state, 0) + 1
+        for state, count in sorted(counted.items()):
+            trays.add(count, cluster=cluster, domain=one.name, state=state)
+        usable.add(one.usable_gpus, cluster=cluster, domain=one.name, standing=one.standing)
+    return [trays, usable]
+
+
+def forecast_families(store: ReadStore, cluster: str) -> list[Family]:
+    """Each trending component's time to its threshold (issue 54), and whether that flags its node (inside the
+    spec's ``forecast.horizon``); a component with no trend has no sample (absent: no projection, not health). In
+    seconds, Prometheus's base unit (the issue named it ``_hours``, which ``promtool check metrics`` refuses)."""
+    hours = Family("provision_forecast_seconds", "Seconds until the component's counter reaches its threshold at "
+                   "its trend, as of the forecast (only components with a trend)")
+    flagged = Family("provision_forecast_flagged", "1 when the component's forecast is inside forecast.horizon (a "
+                     "warning, never a drain by itself)")
+    for row in store.forecasts():
+        if row["hours"] is None:
+            continue
+        labels = {"cluster": cluster, "node": row["node"], "component": row["component"], "source": row["source"]}
+        hours.add(row["hours"] * 3600.0, **labels)
+        flagged.add(1 if row["flagged"] else 0, **labels)
+    return [hours, flagged]
 
 
 #: What the watch has done, by kind (:meth:`StateStore.watch_actions`), each with its help.

@@ -14,33 +14,25 @@ pending, and the next run retries it whole.
 from __future__ import annotations
 
 import getpass
-import os
-import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from provision.errors import Refusal, UsageProblem
-from provision.facts.slurm import SLURM_NODES, SlurmNode, SlurmOutputError, parse_nodes
+from provision.errors import Refusal
+from provision.facts.slurm import SlurmNode
+from provision.hosts.slurmctl import SlurmReader, SlurmUnreachable, reader_settings
 from provision.spec import LoadedSpec
 from provision.state import NodeRecord, NodeState, StateStore
 from topology import hostlist
 
 PREFIX = "provision:"
-#: node-check's drain (``provision.node_check.on_node.DRAIN_PREFIX``) and the stage of the watch's quarantine when
-#: it reads one back (``provision.watch.reconcile.NODE_CHECK_STAGE``): named here, as the words and the stage are
-#: what the sync compares, and tied to both by a test.
+#: node-check's drain (``provision.node_check.on_node.DRAIN_PREFIX``): named here, as the words are what the sync
+#: compares, and tied to node-check's by a test.
 NODE_CHECK_DRAIN = "provision node-check:"
-NODE_CHECK_STAGE = "node-check"
 SINK = "slurm"
 BURNIN_OK = "burnin_ok"
 MAX_REASON = 240
-
-
-class SlurmUnreachable(Refusal, RuntimeError):
-    """scontrol could not reach slurmctld (or is not installed here): the sync is pending, nothing is lost."""
 
 
 class SlurmNamesDiffer(Refusal, ValueError):
@@ -76,12 +68,13 @@ def ours(node: SlurmNode) -> bool:
 
 
 def read_back(record: NodeRecord, node: SlurmNode) -> bool:
-    """node-check's own drain of a node the store holds quarantined at stage ``node-check``: the watch read it
-    back, so it is the store's decision now and the sync rewrites it as ours. Left as node-check's, it would hold
-    a node the watch's repair ladder later re-validates and returns (our sync resumes only our drains), and the
-    next pass would read the same drain back as a new failure."""
-    return (record.state is NodeState.QUARANTINED and record.stage == NODE_CHECK_STAGE
-            and node.reason.startswith(NODE_CHECK_DRAIN))
+    """node-check's own drain of a node the store holds quarantined: the watch read it back, so it is the store's
+    decision now and the sync rewrites it as ours. Left as node-check's, it would hold a node the watch's repair
+    ladder later re-validates and returns (our sync resumes only our drains), and the next pass would read the
+    same drain back as a new failure. Any stage: the pass that reads the drain back also takes the ladder's first
+    rung, which moves the node to stage ``revalidate`` before the sync runs (a GPU reset, then its Xid still in
+    the log: held there), and that drain was left as node-check's for good (stop 63's clean clone)."""
+    return record.state is NodeState.QUARANTINED and node.reason.startswith(NODE_CHECK_DRAIN)
 
 
 def wanted_reason(record: NodeRecord) -> str:
@@ -143,31 +136,16 @@ def plan_sync(records: Sequence[NodeRecord], slurm: dict[str, SlurmNode], *, own
     return plan
 
 
-class SlurmClient:
-    """``scontrol`` with the spec's slurm.conf; every call bounded in time."""
+class SlurmClient(SlurmReader):
+    """``scontrol`` with the spec's slurm.conf, reading (:class:`SlurmReader`) and applying a sync plan."""
 
-    def __init__(self, conf: Path | None, timeout_s: float) -> None:
-        self.env = {**os.environ, **({"SLURM_CONF": str(conf)} if conf else {})}
-        self.timeout_s = timeout_s
-
-    def run(self, argv: list[str]) -> str:
-        try:
-            done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=self.timeout_s)
-        except FileNotFoundError:
-            raise SlurmUnreachable(f"{argv[0]} is not installed on this machine") from None
-        except subprocess.TimeoutExpired:
-            raise SlurmUnreachable(f"{' '.join(argv[:3])} got no answer in {self.timeout_s:g} s") from None
-        said = (done.stderr or done.stdout).strip()
-        if done.returncode != 0 or "Unable to contact slurm controller" in said:
-            raise SlurmUnreachable(f"{' '.join(argv[:4])}: {said.splitlines()[-1] if said else done.returncode}")
-        return done.stdout
-
-    def nodes(self) -> dict[str, SlurmNode]:
-        text = self.run(SLURM_NODES.argv)
-        try:
-            return {node.name: node for node in parse_nodes(text)}
-        except SlurmOutputError as error:
-            raise SlurmUnreachable(f"scontrol's node listing could not be read: {error}") from None
+    def submit(self, argv: list[str]) -> str:
+        """``sbatch --parsable ...``: the new job's id (``--parsable`` prints ``id`` or ``id;cluster``)."""
+        said = self.run(argv).strip()
+        job_id = said.split(";", 1)[0]
+        if not job_id.isdigit():
+            raise SlurmUnreachable(f"sbatch gave no job id: {said[:200]!r}")
+        return job_id
 
     def apply(self, plan: SyncPlan) -> None:
         resumes = [action.node for action in plan.actions if action.kind == "resume"]
@@ -183,14 +161,7 @@ class SlurmClient:
 
 
 def client_for(loaded: LoadedSpec) -> SlurmClient:
-    settings = loaded.spec.slurm
-    if settings is None:
-        raise UsageProblem(f"{loaded.path}: the spec has no slurm: section, so nothing is synced to Slurm")
-    conf = settings.conf
-    if conf is not None:
-        conf = Path(os.path.expanduser(str(conf)))
-        conf = conf if conf.is_absolute() else loaded.path.parent / conf
-    return SlurmClient(conf, settings.timeout_s)
+    return SlurmClient(*reader_settings(loaded))
 
 
 def check_names(loaded: LoadedSpec, slurm: dict[str, SlurmNode]) -> None:

@@ -173,8 +173,10 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               {"after_h": Param(float, 2.0, 0.0, 2000.0), "factor": Param(float, 0.8, 0.1, 0.95)}),
     FaultKind("symbol_errors_growing", "node", _HCA, "soak", "soak_ib_errors",
               "the HCA port's symbol errors grow by per_hour (a marginal cable or transceiver): a few in any "
-              "short test; the soak's counter trend fails the node",
-              {"per_hour": Param(float, 500.0, 1.0, 1e9)}),
+              "short test; the soak's counter trend fails the node. With doubling_h, the rate doubles every "
+              "doubling_h hours (a link degrading, as the GB200 NVLink of marin-community/marin #8934 did over "
+              "five days): the soak's forecast flags it before its count passes the allowance",
+              {"per_hour": Param(float, 500.0, 0.01, 1e9), "doubling_h": Param(float, 0.0, 0.0, 2000.0)}),
     # A GB200/GB300 compute tray's own faults (field guide 8.2-8.3): caught by preflight's NVLink-domain checks.
     FaultKind("fabric_insufficient_resources", "node", _GPU, "preflight", "gpu_fabric",
               "the switch trays' NMX could not place the GPU in an NVLink partition: its Fabric block reads State "

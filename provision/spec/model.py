@@ -437,6 +437,11 @@ class DcgmDiag(Strict):
 #: A span of time as people write it: ``90m``, ``24h``, ``3d`` (minutes, hours, days).
 Duration = Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+)?[mhd]$")]
 DURATION_HOURS = {"m": 1 / 60, "h": 1.0, "d": 24.0}
+
+
+def duration_hours(duration: str) -> float:
+    """A :data:`Duration`'s hours (``90m`` -> 1.5)."""
+    return float(duration[:-1]) * DURATION_HOURS[duration[-1]]
 IbCounter = Literal["symbol_error", "link_downed", "port_rcv_errors"]
 
 
@@ -461,14 +466,14 @@ class Soak(Strict):
     @field_validator("duration")
     @classmethod
     def _span(cls, duration: str) -> str:
-        hours = float(duration[:-1]) * DURATION_HOURS[duration[-1]]
+        hours = duration_hours(duration)
         if not 1 / 60 <= hours <= 90 * 24:
             raise ValueError(f"{duration} is outside one minute to 90 days")
         return duration
 
     @property
     def hours(self) -> float:
-        return float(self.duration[:-1]) * DURATION_HOURS[self.duration[-1]]
+        return duration_hours(self.duration)
 
 
 class BaselineJudgement(Strict):
@@ -648,12 +653,74 @@ class WatchLadder(Strict):
         return value
 
 
+class WatchRevalidate(Strict):
+    """``watch.revalidate``: each admitted node re-validated at least every ``every``, at an idle moment, by a job
+    of ``command`` (node-check, which speaks Nagios: its exit code is the verdict) in ``partition``, a low-tier
+    partition over the same nodes that a user's job preempts (``PreemptMode=CANCEL``: docs/watch.md measures it).
+    A CRITICAL node-check with ``--drain`` drains its node, which the watch reads back and quarantines as any
+    node-check drain; at most ``per_pass`` jobs start a pass."""
+
+    every: Duration
+    partition: str
+    per_pass: Annotated[int, Field(ge=1, le=1000)] = 1
+    time_limit_minutes: Annotated[int, Field(ge=1, le=1440)] = 30
+    command: Annotated[str, StringConstraints(min_length=1, max_length=1000)] = (
+        "/usr/local/sbin/provision-node-check --drain")
+
+    @field_validator("every")
+    @classmethod
+    def _span(cls, duration: str) -> str:
+        hours = duration_hours(duration)
+        if not 1 <= hours <= 90 * 24:
+            raise ValueError(f"{duration} is outside one hour to 90 days")
+        return duration
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise ValueError(f"{name!r} is not a Slurm partition name (letters, digits, '_', '.', '-')")
+        return name
+
+    @property
+    def every_seconds(self) -> float:
+        return duration_hours(self.every) * 3600.0
+
+
 class WatchPolicy(Strict):
     """``provision watch``: what it may do to the admitted fleet."""
 
     breaker: WatchBreaker = WatchBreaker()
     signals: WatchSignals = WatchSignals()
     ladder: WatchLadder = WatchLadder()
+    #: Active checks of idle admitted nodes; without the section, none.
+    revalidate: WatchRevalidate | None = None
+
+
+class Forecasting(Strict):
+    """``forecast``: how far ahead a component's trend is projected, and what warns. A forecast flags a node (a
+    warning in ``status``, the report and the metrics), never drains it by itself."""
+
+    #: A forecast that reaches its threshold within this span flags the node.
+    horizon: Duration = "72h"
+    #: The span of recent samples a trend is read from (its earlier half against its recent half).
+    window: Duration = "48h"
+
+    @field_validator("horizon", "window")
+    @classmethod
+    def _span(cls, duration: str) -> str:
+        hours = duration_hours(duration)
+        if not 1 / 60 <= hours <= 90 * 24:
+            raise ValueError(f"{duration} is outside one minute to 90 days")
+        return duration
+
+    @property
+    def horizon_hours(self) -> float:
+        return duration_hours(self.horizon)
+
+    @property
+    def window_hours(self) -> float:
+        return duration_hours(self.window)
 
 
 class SlurmIntegration(Strict):
@@ -702,6 +769,8 @@ class ClusterSpec(Strict):
     slurm: SlurmIntegration | None = None
     #: The watch's policy; without the section, the defaults (a breaker at a tenth of the fleet in an hour).
     watch: WatchPolicy = WatchPolicy()
+    #: Trends projected to their thresholds (issue 54); without the section, 72 h ahead from 48 h of samples.
+    forecast: Forecasting = Forecasting()
 
 
 class FabricSpec(Strict):

@@ -87,6 +87,9 @@ def resolve(spec: ClusterSpec, spec_dir: Path) -> Resolution:
         problems.append(Problem(("burnin", "launcher"), "the slurm launcher starts the agents with srun, which "
                                 "needs a slurm: section (its conf, at least)", "add slurm: {conf: ...} or use "
                                 "launcher: ssh"))
+    if spec.watch is not None and spec.watch.revalidate is not None and spec.slurm is None:
+        problems.append(Problem(("watch", "revalidate"), "revalidation jobs are submitted to Slurm, which needs a "
+                                "slurm: section", "add slurm: {conf: ...} or remove watch.revalidate"))
     _refuse_unread_keys(spec, problems)
     if fabric is not None and not problems:
         _check_cable_targets(spec, nodes, fabric, problems)

@@ -31,6 +31,10 @@ APPLY, BURNIN = "apply", "burnin"
 ADMIT, QUARANTINE, DRAIN, RETURN = "admit", "quarantine", "drain", "return"
 #: The fleet's watch (``provision watch``): what node-check drained in Slurm, read back into the store.
 WATCH = "watch"
+#: ``provision triage --drain``: an operator's decision on a failed job's evidence, out of service at stage ``job``.
+TRIAGE = "triage"
+#: The stage of a node drained for a failed job (the triage's evidence and the job's id in its history).
+JOB_STAGE = "job"
 #: An operator's own moves: recorded as the operator's in the node's history.
 OPERATOR_COMMANDS = frozenset({ADMIT, QUARANTINE, DRAIN, RETURN})
 
@@ -103,6 +107,9 @@ def _moves() -> dict[tuple[str, NodeState], frozenset[str]]:
     # operator's rows above); its repair ladder re-validates a node it quarantined after each step, returns it on
     # its own measurements or holds it (at the next rung, or for RMA, which only `provision return` ends)
     allow({WATCH}, (admitted,), QUARANTINED)
+    # a failed job's triage, asked to drain (`provision triage --drain`): an admitted node it blames is quarantined
+    # at stage `job`; from there it is any quarantine's: re-tested by `provision burnin`, or back from repair
+    allow({TRIAGE}, (admitted,), QUARANTINED)
     allow({WATCH}, (QUARANTINED_BY_WATCH,), BURNING_IN, QUARANTINED)
     # its ladder's `reburnin` rung hands the node back to the burn-in (every stage, partners and all): provisioned
     allow({WATCH}, (QUARANTINED_BY_WATCH,), PROVISIONED)

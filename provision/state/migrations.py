@@ -229,6 +229,41 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX repair_attempts_node ON repair_attempts(node, episode, id);
     """,
+    # 10: forecasts (issue 54): each component's latest projection to its threshold, per source (a soak campaign,
+    # the watch), and when it first flagged its node; status, the report and the metrics read it from here
+    """
+    CREATE TABLE forecasts (
+        source      TEXT NOT NULL,
+        node        TEXT NOT NULL,
+        component   TEXT NOT NULL,
+        made_at     TEXT NOT NULL,
+        at_h        REAL NOT NULL,
+        hours       REAL,
+        low         REAL,
+        high        REAL,
+        rate        REAL NOT NULL,
+        count       REAL NOT NULL,
+        threshold   REAL NOT NULL,
+        flagged     INTEGER NOT NULL,
+        first_flagged_h REAL,
+        why         TEXT NOT NULL,
+        run_id      TEXT,
+        PRIMARY KEY (source, node, component)
+    );
+    """,
+    # 11: the watch's revalidation jobs (issue 56, item 4): which job re-validates which node, and how it ended
+    """
+    CREATE TABLE revalidation_jobs (
+        job_id      TEXT PRIMARY KEY,
+        node        TEXT NOT NULL REFERENCES nodes(name),
+        submitted_at REAL NOT NULL,
+        ended_at    REAL,
+        verdict     TEXT,
+        detail      TEXT NOT NULL DEFAULT '',
+        run_id      TEXT
+    );
+    CREATE INDEX revalidation_jobs_node ON revalidation_jobs(node, submitted_at);
+    """,
 )
 
 

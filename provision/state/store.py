@@ -422,9 +422,75 @@ class StateStore:
                                "GROUP BY node, series ORDER BY node, series", (newest["campaign"],)).fetchall()
         return newest["campaign"], [(row["node"], row["series"], row["at_s"], row["value"]) for row in rows]
 
-    def soak_series(self, campaign: str, node: str) -> dict[str, list[tuple[float, float]]]:
-        rows = self.db.execute("SELECT series, at_s, value FROM soak_samples WHERE campaign = ? AND node = ? "
-                               "ORDER BY series, at_s", (campaign, node)).fetchall()
+    def record_forecasts(self, source: str, judged: Iterable[ForecastRecord], *, run_id: str | None,
+                         nodes: Iterable[str] | None = None) -> None:
+        """Each component's newest forecast from ``source``, which judged them all (or all of ``nodes``'): a
+        component it no longer forecasts (its series left the window) is dropped, never left flagged; the hour each
+        first flagged its node is kept."""
+        scope = set(nodes) if nodes is not None else None
+        rows = [(source, one.node, one.component, now(), one.at_h, one.hours, one.low, one.high, one.rate, one.counted,
+                 one.threshold, int(one.flagged), one.at_h if one.flagged else None, one.why, run_id)
+                for one in judged]
+        with self.transaction():
+            kept = {(row[1], row[2]) for row in rows}
+            stale = [(source, node, component) for node, component in self.db.execute(
+                "SELECT node, component FROM forecasts WHERE source = ?", (source,))
+                if (node, component) not in kept and (scope is None or node in scope)]
+            self.db.executemany("DELETE FROM forecasts WHERE source = ? AND node = ? AND component = ?", stale)
+            self.db.executemany(
+                "INSERT INTO forecasts (source, node, component, made_at, at_h, hours, low, high, rate, count, "
+                "threshold, flagged, first_flagged_h, why, run_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (source, node, component) DO UPDATE SET made_at = excluded.made_at, "
+                "at_h = excluded.at_h, "
+                "hours = excluded.hours, low = excluded.low, high = excluded.high, rate = excluded.rate, "
+                "count = excluded.count, threshold = excluded.threshold, flagged = excluded.flagged, "
+                "first_flagged_h = COALESCE(forecasts.first_flagged_h, excluded.first_flagged_h), "
+                "why = excluded.why, run_id = excluded.run_id", rows)
+
+    def forecasts(self) -> list[dict[str, Any]]:
+        """Every component's newest forecast, per node: a soak's only from the node's newest soak campaign (an older
+        campaign's projection is history, not a warning)."""
+        rows = [dict(row) for row in self.db.execute("SELECT * FROM forecasts ORDER BY node, component, source")]
+        newest: dict[str, str] = {}
+        for campaign in reversed(self.soak_campaigns()):  # oldest first: the newest campaign ends up kept
+            for node in self.soak_nodes(campaign):
+                newest[node] = f"soak:{campaign}"
+        return [row for row in rows
+                if not row["source"].startswith("soak:") or newest.get(row["node"]) == row["source"]]
+
+    def add_revalidation(self, node: str, job_id: str, *, at: float, run_id: str | None) -> None:
+        """A revalidation job the watch submitted for ``node`` (its verdict still to be read)."""
+        with self.transaction():
+            self.db.execute("INSERT INTO revalidation_jobs (job_id, node, submitted_at, run_id) VALUES (?, ?, ?, ?)",
+                            (job_id, node, at, run_id))
+
+    def revalidations_underway(self) -> dict[str, str]:
+        """Job id -> node, for every revalidation job whose end the watch has not read yet."""
+        rows = self.db.execute("SELECT job_id, node FROM revalidation_jobs WHERE ended_at IS NULL ORDER BY job_id")
+        return {row["job_id"]: row["node"] for row in rows}
+
+    def end_revalidation(self, job_id: str, verdict: str, detail: str, *, at: float) -> None:
+        with self.transaction():
+            self.db.execute("UPDATE revalidation_jobs SET ended_at = ?, verdict = ?, detail = ? WHERE job_id = ?",
+                            (at, verdict, detail, job_id))
+
+    def last_revalidated(self) -> dict[str, float]:
+        """Per node, when its newest revalidation that passed was submitted (the moment it was last known good)."""
+        rows = self.db.execute("SELECT node, MAX(submitted_at) AS at FROM revalidation_jobs WHERE verdict = 'passed' "
+                               "GROUP BY node")
+        return {row["node"]: float(row["at"]) for row in rows}
+
+    def revalidations(self, node: str) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.db.execute(
+            "SELECT * FROM revalidation_jobs WHERE node = ? ORDER BY submitted_at", (node,))]
+
+    def soak_series(self, campaign: str, node: str,
+                    names: Sequence[str] | None = None) -> dict[str, list[tuple[float, float]]]:
+        """The node's series in the campaign's soak (``names``: only those)."""
+        only = f" AND series IN ({', '.join('?' * len(names))})" if names is not None else ""
+        rows = self.db.execute(f"SELECT series, at_s, value FROM soak_samples WHERE campaign = ? AND node = ?{only} "
+                               "ORDER BY series, at_s", (campaign, node, *(names or ()))).fetchall()
         series: dict[str, list[tuple[float, float]]] = {}
         for row in rows:
             series.setdefault(row["series"], []).append((row["at_s"], row["value"]))
@@ -660,6 +726,23 @@ class WatchObservation(NamedTuple):
     text: str
     weight: int
     code: str
+
+
+class ForecastRecord(NamedTuple):
+    """One component's forecast as the store keeps it (``provision.forecast.components.ComponentForecast``):
+    ``hours`` to its threshold (None: no trend) on the series' clock at ``at_h``."""
+
+    node: str
+    component: str
+    at_h: float
+    hours: float | None
+    low: float | None
+    high: float | None
+    rate: float
+    counted: float
+    threshold: float
+    flagged: bool
+    why: str
 
 
 class WatchCounterDelta(NamedTuple):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from provision.state.lifecycle import NodeState
-from provision.state.store import BaselineSample, NodeRecord
+from provision.state.store import BaselineSample, NodeRecord, WatchCounterDelta, WatchObservation
 
 
 class NodeHistory(Protocol):
@@ -33,7 +33,8 @@ class ReadStore(NodeHistory, Protocol):
 
     def soak_latest(self) -> tuple[str | None, list[tuple[str, str, float, float]]]: ...
 
-    def soak_series(self, campaign: str, node: str) -> dict[str, list[tuple[float, float]]]: ...
+    def soak_series(self, campaign: str, node: str,
+                    names: Sequence[str] | None = None) -> dict[str, list[tuple[float, float]]]: ...
 
     def cables_found(self, run_id: str) -> list[str]: ...
 
@@ -54,6 +55,11 @@ class ReadStore(NodeHistory, Protocol):
     def soak_campaigns(self) -> list[str]: ...
 
     def soak_nodes(self, campaign: str) -> list[str]: ...
+
+    def forecasts(self) -> list[dict[str, Any]]: ...
+
+    def watch_signals_since(self, since: float) -> tuple[list[WatchObservation], list[tuple[float, str, bool]],
+                                                          list[WatchCounterDelta]]: ...
 
 
 __all__ = ["NodeHistory", "NodeState", "ReadStore"]

@@ -39,15 +39,17 @@ class Triage:
     files: int
     lines: int
     unreadable: list[str]
+    #: why no single node is to blame although the job failed (every rank stopped at one collective, none behind)
+    nobody: list[str] = field(default_factory=list)
 
     @property
     def conclusive(self) -> bool:
-        return bool(self.culprits or self.links)
+        return bool(self.culprits or self.links or self.nobody)
 
     def as_dict(self) -> dict[str, Any]:
         return {"conclusive": self.conclusive, "culprits": [culprit.as_dict() for culprit in self.culprits],
-                "links": self.links, "unattributed": self.unattributed, "signals": self.signals,
-                "files": self.files, "lines": self.lines,
+                "links": self.links, "nobody": self.nobody, "unattributed": self.unattributed,
+                "signals": self.signals, "files": self.files, "lines": self.lines,
                 "unreadable": self.unreadable}
 
 
@@ -82,9 +84,31 @@ def judge(signals: list[Signal], addresses: dict[str, str], *, files: int = 0, l
             peer = addresses.get(signal.peer, signal.peer)
             blame(peer, LIKELY, f"refused {signal.reporter or 'a peer'}'s NCCL connection ({signal.source})")
     _ib_errors([signal for signal in signals if signal.kind == "ib_completion_error"], addresses, blame, links)
-    _watchdog([signal for signal in signals if signal.kind == "watchdog_timeout"], blame)
+    timeouts = [signal for signal in signals if signal.kind == "watchdog_timeout"]
+    _watchdog(timeouts, blame)
+    nobody = [] if blamed or links or unattributed else _all_at_one_call(timeouts)
     order = sorted(blamed.values(), key=lambda culprit: (culprit.strength != STRONG, -len(culprit.why), culprit.who))
-    return Triage(order, links, unattributed, len(signals), files, lines, unreadable or [])
+    return Triage(order, links, unattributed, len(signals), files, lines, unreadable or [], nobody)
+
+
+def _last_collectives(signals: list[Signal]) -> dict[int, int]:
+    """Each rank's newest collective its watchdog lines name."""
+    last: dict[int, int] = {}
+    for signal in signals:
+        if signal.rank is not None and signal.seq is not None:
+            last[signal.rank] = max(signal.seq, last.get(signal.rank, -1))
+    return last
+
+
+def _all_at_one_call(signals: list[Signal]) -> list[str]:
+    """Every rank's watchdog at the same collective, none behind, and nothing else pointing anywhere: no late rank
+    to blame; what stopped them all at once is the network or the job itself."""
+    last = _last_collectives(signals)
+    if len(last) < 2 or len(set(last.values())) != 1:
+        return []
+    seq = next(iter(last.values()))
+    return [f"all {len(last)} ranks the logs show timed out at the same collective ({seq}) with none behind: the "
+            "network or the job itself, not one node"]
 
 
 def _ib_errors(signals: list[Signal], addresses: dict[str, str], blame: Any, links: list[str]) -> None:
@@ -107,10 +131,7 @@ def _ib_errors(signals: list[Signal], addresses: dict[str, str], blame: Any, lin
 def _watchdog(signals: list[Signal], blame: Any) -> None:
     """Every rank times out at the collective it waits in; the ranks whose last collective is the oldest are the
     ones the others waited for."""
-    last: dict[int, int] = {}
-    for signal in signals:
-        if signal.rank is not None and signal.seq is not None:
-            last[signal.rank] = max(signal.seq, last.get(signal.rank, -1))
+    last = _last_collectives(signals)
     if len(set(last.values())) < 2:
         return
     oldest = min(last.values())

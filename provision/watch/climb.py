@@ -4,9 +4,10 @@ For each node the watch holds (quarantined by it, or left re-validating by a pas
 :func:`provision.watch.ladder.next_action` and does it:
 
 - a rung (``revalidate``, ``gpu_reset``, ``power_cycle``): the attempt is recorded first, the step done
-  (``nvidia-smi -r`` on the node; the BMC's power cycle, waited on until the host answers with a new boot id), the
-  node moved to the watch's ``revalidate`` stage and judged on its own preflight checks (the controller's session,
-  the spec's expectations: the same judgements as the burn-in's preflight); a node whose every check is ok (or a
+  (each GPU's ``nvidia-smi -r -i N`` on the node, the persistence daemon stopped around it; the BMC's power
+  cycle, waited on until the host answers with a new boot id), the node moved to the watch's ``revalidate`` stage
+  and judged on its own preflight checks (the controller's session, the spec's expectations: the same judgements
+  as the burn-in's preflight); a node whose every check is ok (or a
   warning) returns to service, any other is held at stage ``revalidate`` for the next rung;
 - ``reburnin``: the node is handed back to the burn-in (``provisioned``): the next ``provision burnin`` or
   ``apply`` runs every stage on it, pairs and collectives with partners included, and its verdict is the burn-in's;
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from provision.checks.outcome import CheckResult, Outcome
+from provision.facts.kernel_log import KERNEL_LOG
+from provision.facts.session import HostSession
 from provision.run.context import ActiveRun
 from provision.spec import LoadedSpec
 from provision.spec.semantics import ResolvedNode
@@ -45,6 +48,56 @@ GPU_RESET_TIMEOUT_S = 120.0
 PASSING = (Outcome.OK, Outcome.SILENCED, Outcome.WARNING)
 
 
+#: What holds a GPU open between jobs, and so refuses its reset ("In use by another client", NVIDIA/NVSentinel
+#: #1690): stopped for the reset and started again after, whatever the reset did.
+PERSISTENCE_UNIT = "nvidia-persistenced"
+
+
+def reset_gpus(session: HostSession) -> tuple[bool, str]:
+    """Every GPU of the node reset, one by one (``nvidia-smi -r -i N``): the persistence daemon stopped first and
+    started again after if it ran (the NVSentinel fix of #1690); a GPU a process still holds is refused by the tool
+    and the step fails with its words. Done: every GPU said it was reset."""
+    listed = session.run(["nvidia-smi", "-L"], 30.0)
+    indices = [line.split(":", 1)[0].removeprefix("GPU ").strip() for line in listed.stdout.splitlines()
+               if line.startswith("GPU ")]
+    if not listed.ok or not indices:
+        return False, f"nvidia-smi -L listed no GPU to reset ({listed.problem() if not listed.ok else 'none'})"
+    was_active = session.run(["systemctl", "is-active", PERSISTENCE_UNIT], 30.0).stdout.strip() == "active"
+    said: list[str] = []
+    ok = True
+    try:
+        if was_active:
+            stopped = session.run(["systemctl", "stop", PERSISTENCE_UNIT], 60.0, become=True)
+            if not stopped.ok:
+                return False, f"{PERSISTENCE_UNIT} could not be stopped for the reset: {stopped.problem()}"
+        for index in indices:
+            result = session.run(["nvidia-smi", "-r", "-i", index], GPU_RESET_TIMEOUT_S, become=True)
+            words = " ".join(line.strip() for line in (result.stdout + result.stderr).splitlines() if line.strip())
+            said.append(words[:200] or f"GPU {index}: exit {result.rc}")
+            ok = ok and result.ok
+    finally:
+        if was_active:
+            started = session.run(["systemctl", "start", PERSISTENCE_UNIT], 60.0, become=True)
+            if not started.ok:
+                said.append(f"{PERSISTENCE_UNIT} did not start again: {started.problem()}")
+                ok = False
+    return ok, " / ".join(said)[-600:]
+
+
+def kernel_log_position(session: HostSession) -> float | None:
+    """The stamp of the node's last kernel record (seconds since boot), or None when it could not be read: a GPU
+    reset leaves the Xid that began the episode in the ring, and on a real node NVIDIA's remedy for Xid 48, 63, 94
+    or 95 is that reset, so the re-validation after it judges only what the kernel logged after this point."""
+    read = session.run(KERNEL_LOG.argv, 30.0, become=KERNEL_LOG.needs_root)
+    if not read.ok:
+        return None
+    try:
+        stamps = [line.seconds for line in KERNEL_LOG.parse(read.stdout) if line.seconds is not None]
+    except ValueError:
+        return None
+    return max(stamps) if stamps else None
+
+
 class Steps(Protocol):
     """What the ladder does to a node (the hosts, their BMCs); :class:`HostSteps` on real and simulated hosts."""
 
@@ -61,6 +114,10 @@ class HostSteps:
 
     loaded: LoadedSpec
     state_dir: Path
+    #: Where each node's kernel log stood (seconds since boot) when its GPU reset began: its re-validation judges
+    #: what was logged after. Held for the step's own pass only: a pass stopped between the step and its
+    #: judgement judges the whole log next time (the episode's Xid again: held, never returned on less).
+    kernel_marks: dict[str, float] = field(default_factory=dict)
 
     def perform(self, node: ResolvedNode, step: str) -> tuple[bool, str]:
         if step == "revalidate":
@@ -73,11 +130,12 @@ class HostSteps:
             except Exception as error:  # unreachable: the step was not done
                 return False, f"{node.name} unreachable: {type(error).__name__}: {error}"
             try:
-                result = session.run(["nvidia-smi", "-r"], GPU_RESET_TIMEOUT_S, become=True)
+                mark = kernel_log_position(session)
+                if mark is not None:
+                    self.kernel_marks[node.name] = mark
+                return reset_gpus(session)
             finally:
                 session.close()
-            said = " / ".join(line.strip() for line in (result.stdout + result.stderr).splitlines() if line.strip())
-            return result.ok, said[-300:] or f"exit {result.rc}"
         if step == "power_cycle":
             from provision.hosts.recovery import power_cycle_hung
 
@@ -91,7 +149,7 @@ class HostSteps:
     def revalidate(self, node: ResolvedNode) -> list[CheckResult]:
         from provision.burnin.preflight import check_node
 
-        return check_node(self.loaded, node, self.state_dir)
+        return check_node(self.loaded, node, self.state_dir, kernel_after_s=self.kernel_marks.pop(node.name, None))
 
     def bmc_log(self, node: ResolvedNode) -> list[dict[str, Any]] | str:
         if self.loaded.spec.bmc is None:

@@ -17,11 +17,14 @@ from provision.network.sources import read_observed, simulated_dump
 from provision.network.view import FabricView, view_of_cluster
 from provision.repairs.cables import execute_disables, netdevs_of_hosts
 from provision.run.context import ActiveRun
+from provision.sinks.slurm import client_for
 from provision.spec import LoadedSpec
 from provision.state import NodeState
 from provision.watch import cables as cable_actions
 from provision.watch.climb import Climbed, HostSteps, Steps, climb
+from provision.watch.forecasts import forecast_pass
 from provision.watch.reconcile import FABRIC_STAGE, Move, ReconcileResult, make_moves, reconcile
+from provision.watch.revalidation import RevalidationPass, revalidation_pass
 from provision.watch.signals import SignalsPass, sources_of, watch_pass
 from topology.linkhealth import CableHealth
 
@@ -45,6 +48,8 @@ class PassResult:
     climbed: list[Climbed] = field(default_factory=list)
     ladder_held: str = ""  # why the ladder did nothing this pass (the breaker is tripped)
     disables_held: list[dict[str, Any]] = field(default_factory=list)  # what the breaker kept from being disabled
+    forecasts: list[dict[str, Any]] = field(default_factory=list)  # port counters forecast inside the horizon
+    revalidation: RevalidationPass | None = None
 
     @property
     def problems(self) -> list[str]:
@@ -53,11 +58,14 @@ class PassResult:
         found += self.signals.problems if self.signals else []
         found += [f"disable {row['switch']}/{row['port']}: {row['result']}: {row.get('detail', '')}"
                   for row in self.disabled if row["result"] != "disabled"]
+        found += self.revalidation.problems if self.revalidation else []
         return found
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.reconciled.as_dict(), "signals": self.signals.as_dict() if self.signals else None,
                 "cable_actions": [action.as_dict() for action in self.cables], "tickets": self.tickets,
+                "forecasts": self.forecasts,
+                "revalidation": self.revalidation.as_dict() if self.revalidation else None,
                 "disabled": self.disabled, "fabric_moves": [move.as_dict() for move in self.moves],
                 "fabric_held_by_breaker": [move.as_dict() for move in self.held],
                 "breaker": self.breaker or self.reconciled.breaker, "ladder": [item.as_dict() for item in self.climbed],
@@ -72,6 +80,8 @@ def one_pass(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, *, now: float,
     their BMCs)."""
     result = PassResult(reconcile(loaded, run.store, run_id=run.id))
     _fabric(loaded, run, state_dir, result, now=now, disabler=disabler)
+    if loaded.spec.watch.revalidate is not None and loaded.spec.slurm is not None:
+        result.revalidation = revalidation_pass(loaded, run, client_for(loaded), now=now)
     state = run.store.breaker()
     if state is not None and state["tripped"]:  # a cause common to many nodes: no power cycle, no reset, no RMA
         result.ladder_held = f"breaker tripped: {state['detail'].get('why', 'tripped')}"
@@ -89,6 +99,10 @@ def _fabric(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, result: PassRes
         return
     result.signals = watch_pass(run.store, view.fabric, sources, view.link_health, now=now, run_id=run.id,
                                 ask_hosts=lambda hosts: netdevs_of_hosts(view, hosts, state_dir))
+    # what is still under its threshold but growing towards it: a warning kept in the store, no action
+    result.forecasts = [one.as_dict() for one in forecast_pass(run.store, view.fabric, view.link_health,
+                                                               loaded.spec.forecast, until=now, run_id=run.id)
+                        if one.flagged]
     suspects = result.signals.judgement.suspects
     if not suspects:
         return

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from provision.facts.slurm import SlurmNode
+from provision.hosts.slurmctl import SlurmUnreachable
 from provision.node_check.on_node import DRAIN_PREFIX
 from provision.sinks import slurm
 from provision.sinks.slurm import PREFIX as SYNC_PREFIX
@@ -122,7 +123,7 @@ def reconcile(loaded: LoadedSpec, store: StateStore, *, run_id: str) -> Reconcil
     pending = bool(store.sink_status().get(slurm.SINK, {}).get("pending"))
     try:
         nodes = slurm.client_for(loaded).nodes()
-    except slurm.SlurmUnreachable as error:
+    except SlurmUnreachable as error:
         return ReconcileResult([], unreachable=str(error), pending=pending)
     moves = plan_reconcile(store.nodes(), nodes, sync_pending=pending)
     moves, held, why = make_moves(loaded, store, moves, run_id=run_id)

@@ -5,11 +5,12 @@ over the same nodes, which a user's job preempts (``PreemptType=preempt/partitio
 measured on this machine's Slurm in docs/watch.md). Pure here: the choice of nodes and the reading of the jobs'
 ends from ``scontrol -o show job`` (:data:`provision.facts.slurm.SLURM_JOBS`); the pass submits and records.
 
-A job's end is a verdict on its node only when the job ran its checks to the end: ``completed`` with exit 0 passed,
-``failed`` with its exit code failed. ``preempted`` (a user's job took the node) and ``cancelled`` (someone
-cancelled it) are not verdicts: the node is due again. ``timeout``, ``node_fail`` and the other ends where the
-checks did not finish are errors, the job's or ours, and the node is tried again; a job slurmctld no longer
-knows (it forgets an ended job after ``MinJobAge``, 300 s by default) is ``lost``: never taken as passed.
+A job's end is a verdict on its node only when the job ran its checks to the end, read as node-check's Nagios exit
+code: 0 and 1 (a warning) passed, 2 failed, 3 (a check could not read) no verdict. ``preempted`` (a user's job took
+the node) and ``cancelled`` (someone cancelled it) are not verdicts: the node is due again. ``timeout``,
+``node_fail`` and the other ends where the checks did not finish are errors, the job's or ours, and the node is
+tried again; a job slurmctld no longer knows (it forgets an ended job after ``MinJobAge``, 300 s by default) is
+``lost``: never taken as passed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ UNDERWAY = frozenset({"pending", "configuring", "running", "completing", "suspen
 #: Verdicts on the node, and ends that are none.
 PASSED, FAILED, PREEMPTED, CANCELLED, ERROR, RUNNING, LOST = (
     "passed", "failed", "preempted", "cancelled", "error", "running", "lost")
+
+
+#: The job runs ``provision-node-check``, which speaks Nagios: its exit code is the verdict (WARNING passes, as
+#: preflight's warnings do; UNKNOWN is no verdict: a check could not read, and the node is tried again).
+NAGIOS = {0: (PASSED, "OK"), 1: (PASSED, "WARNING: passed with a warning"), 2: (FAILED, "CRITICAL: a check failed"),
+          3: (ERROR, "UNKNOWN: a check could not read; no verdict on the node")}
 
 
 def job_name(node: str) -> str:
@@ -67,8 +74,12 @@ def read_ends(jobs: Iterable[SlurmJob], submitted: dict[str, str]) -> list[JobEn
             ends.append(JobEnd(node, job_id, RUNNING, f"{job.state} ({job.reason})"))
         elif job.state == "completed" and job.exit_code == 0:
             ends.append(JobEnd(node, job_id, PASSED, "completed, exit 0"))
-        elif job.state == "failed" or (job.state == "completed" and job.exit_code != 0):
-            ends.append(JobEnd(node, job_id, FAILED, f"exit {job.exit_code}"))
+        elif job.state in ("failed", "completed") and job.exit_code in NAGIOS:
+            verdict, meaning = NAGIOS[job.exit_code]
+            ends.append(JobEnd(node, job_id, verdict, f"exit {job.exit_code}: {meaning}"))
+        elif job.state in ("failed", "completed"):
+            ends.append(JobEnd(node, job_id, ERROR, f"exit {job.exit_code}: not node-check's (its command did not "
+                                                    "run, or was killed): no verdict on the node"))
         elif job.state == "preempted":
             ends.append(JobEnd(node, job_id, PREEMPTED, f"preempted at {job.ended or '?'} (a user's job took the "
                                                         "node): not a verdict"))

@@ -4,6 +4,7 @@ whose controller was killed continues with the time it still owes."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -24,7 +25,10 @@ from tests.simhelpers import processes_of, provision, shrink_to_four_gpus, write
 FAULTS = [
     # strikes some 14 simulated hours after injection: after preflight (seconds, hours on this clock), mid-soak
     {"kind": "thermal_throttle_after", "node": "sim02", "target": "gpu1", "params": {"after_h": 14}},
-    {"kind": "symbol_errors_growing", "node": "sim03", "target": "mlx5_0", "params": {"per_hour": 200}},
+    # a link degrading: its symbol errors' rate doubles every 4 simulated hours (from 1/h at injection), past the
+    # soak's allowance (10/h over 24 h) some 10-20 hours in: forecast before its count gets there (issue 54)
+    {"kind": "symbol_errors_growing", "node": "sim03", "target": "mlx5_0",
+     "params": {"per_hour": 1, "doubling_h": 4}},
     # its clock sags to 0.75 of its mates' under load, naming no reason, some hours into the soak
     {"kind": "clock_sag", "node": "sim04", "target": "gpu2", "params": {"after_h": 8, "factor": 0.75}},
 ]
@@ -56,8 +60,6 @@ def soaked(tmp_path_factory: pytest.TempPathFactory) -> dict:
     provision(spec)
     result = run_cli("burnin", str(spec), "--json", timeout=600)
     assert result.stdout, result.stderr
-    import json
-
     payload = json.loads(result.stdout)
     return {"spec": spec, "payload": payload, "nodes": {row["node"]: row for row in payload["nodes"]}}
 
@@ -100,6 +102,25 @@ def test_what_develops_over_hours_fails_its_node_on_its_trend(soaked: dict, faul
     assert fault["target"] in node["reason"], node["reason"]
 
 
+def test_a_degrading_link_is_forecast_before_its_count_passes_the_allowance(soaked: dict) -> None:
+    allowance = 10 * 24  # symbol errors: 10 an hour over the 24-hour soak (checks.soak.IB_COUNTERS)
+    samples = _samples(soaked["spec"], "SELECT at_s, value FROM soak_samples WHERE node = 'sim03' AND "
+                                       "series = 'mlx5_0/symbol_error' ORDER BY at_s")
+    crossed = next(at_s / 3600 for at_s, value in samples if value - samples[0][1] > allowance)
+    rows = _samples(soaked["spec"], "SELECT node, component, first_flagged_h, threshold FROM forecasts "
+                                    "WHERE first_flagged_h IS NOT NULL")
+    # the healthy ports: no trend; the degrading one flagged before its count passed the allowance
+    assert [(node, component, threshold) for node, component, _, threshold in rows] == [
+        ("sim03", "mlx5_0/symbol_error", allowance)], rows
+    assert rows[0][2] < crossed, (rows, samples)
+    status = run_cli("status", str(soaked["spec"]), "--json", timeout=60)
+    shown = json.loads(status.stdout)["forecasts"]
+    assert [(row["node"], row["component"], row["flagged"]) for row in shown if row["flagged"]] == [
+        ("sim03", "mlx5_0/symbol_error", 1)], shown
+    textfile = (soaked["spec"].parent / ".provision" / "metrics" / "provision_sim16.prom").read_text()
+    assert 'provision_forecast_flagged{cluster="sim16",component="mlx5_0/symbol_error",node="sim03"' in textfile
+
+
 def test_the_acceptance_says_what_the_soak_demonstrated(soaked: dict, tmp_path: Path) -> None:
     text = str(soaked["payload"])
     assert "3 failure(s) in 96 node-hours" in text, text[-2000:]
@@ -114,6 +135,8 @@ def test_the_acceptance_says_what_the_soak_demonstrated(soaked: dict, tmp_path: 
     assert "<h3>sim01</h3>" in soak and 'aria-label="sim04: SM clock"' in soak
     assert 'class="point flagged"' in soak  # the sagging GPU drawn in red
     assert (tmp_path / "report.soak.csv").read_text().startswith("node,series,hours,value\n")
+    forecasts = page[page.index('<section id="forecasts">'):page.index('<section id="soak">')]
+    assert "mlx5_0/symbol_error" in forecasts and 'class="projection"' in forecasts
 
 
 def test_a_soak_killed_mid_way_continues_with_the_time_it_owes(tmp_path: Path) -> None:

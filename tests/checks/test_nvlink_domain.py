@@ -146,7 +146,10 @@ def test_nvlink5_xids_by_their_severity_and_their_root() -> None:
     assert fatal.message.startswith("GPU 0019:01:00: Xid 149 NETIR Fatal XC0 i0 Link -1")
     assert "Xid 45 on GPU 0008:01:00 caused by Xid 149" in fatal.message  # blamed on the root, not on 0008
     assert not any(line.startswith("GPU 0008") for line in fatal.evidence)
-    assert fatal.evidence[-1].startswith("Xid 145 on GPU 0018:01:00: RLW_RXPIPE Nonfatal")
+    # the non-fatal 145 on 0018, logged right after 0019's fatal 149 and naming no cause: the 149's consequence
+    assert "Xid 145 on GPU 0018:01:00: RLW_RXPIPE Nonfatal" in fatal.message
+    assert "after GPU 0019:01:00's Xid 149: its consequence" in fatal.message
+    assert not any(line.startswith("Xid 145") for line in fatal.evidence), "not a warning of its own"
     assert judge_nvlink5_xids(_xids(XID_145)).outcome is Outcome.WARNING
     orphan = judge_nvlink5_xids(_xids(XID_45))
     assert orphan.outcome is Outcome.FAILED and orphan.message.startswith("a GPU whose Xid is not in this log")

@@ -58,3 +58,21 @@ def test_an_operators_move_is_shown_as_a_line_or_as_json(state: Path, capsys: py
     shown = json.loads(capsys.readouterr().out)
     assert (shown["nodes"], shown["to"], shown["reason"]) == (["sim02", "sim03"], "drained", "rack work")
     assert shown["sinks"]["slurm"]["pending"] is True
+
+
+def test_status_lists_the_components_forecast_to_fail_as_warnings(state: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from provision.state.store import ForecastRecord
+
+    with StateStore(state) as store:
+        store.record_forecasts("watch", [
+            ForecastRecord("sim02", "leaf01/7 SymbolErrorCounter", 24.0, 15.8, 9.6, 30.2, 16.2, 259.0, 1000.0, True,
+                           "16.18/h, 4.0x the earlier 12 h: 741 events to go"),
+            ForecastRecord("sim03", "leaf01/8 SymbolErrorCounter", 24.0, None, None, None, 9.0, 216.0, 1000.0,
+                           False, "no trend")], run_id=None)
+        render.print_status("sim16", store)
+    shown = capsys.readouterr().out
+    assert "forecast to fail (a warning: no node is drained for it)" in shown
+    assert "leaf01/7 SymbolErrorCounter" in shown and "16 h (10-30 h)" in shown
+    assert "leaf01/8" not in shown  # no trend: nothing to warn of
+    assert render.forecast_span({"hours": None, "low": None, "high": None}) == "no trend"

@@ -110,3 +110,17 @@ def test_each_shape_of_the_sweep_is_timed_on_operands_of_that_shape(monkeypatch:
     assert timed == [(32, 32, 32, 32), (64, 64, 64, 64), (128, 128, 128, 128)]
     assert measured["tflops_by_n"] == {str(size): pytest.approx(2 * size**3 / 1e12) for size in (32, 64, 128)}
     assert measured["best_n"] == 128
+
+
+def test_a_window_the_device_clock_saw_no_time_in_is_timed_by_the_wall_clock(monkeypatch) -> None:
+    """The CPU worker's clock (its thread's CPU time) still across a copy: measured by the wall clock, never a
+    division by zero (a worker died of one, its node failed node_test on our own error)."""
+    import torch
+
+    from fabric_tests import node_test
+
+    monkeypatch.setattr(node_test, "compute_clock", lambda device: (lambda: 1.0))  # a clock that never moves
+    bandwidth = node_test._memory_bandwidth(torch.device("cpu"), 1 << 20, 3)
+    assert 0 < bandwidth < float("inf")
+    windows = node_test._time_matmul(torch.device("cpu"), torch.ones(64, 64), torch.ones(64, 64), 2, 3)
+    assert len(windows) == 3 and all(window > 0 for window in windows)

@@ -117,7 +117,10 @@ def test_every_registered_fact_is_walked() -> None:
               "gpu_query_fields", "query_xml", "gpu_telemetry",
               *(f"dcgm_diag_r{level}" for level in (1, 2, 3, 4)),
               # an NVLink domain's, judged by provision.checks.nvlink_domain (tests/checks/test_nvlink_domain.py)
-              "gpu_fabric", "imex_status", "imex_nodes", "imex_config", "imex_peers", "imex_channels", "nvlsm_start"}
+              "gpu_fabric", "imex_status", "imex_nodes", "imex_config", "imex_peers", "imex_channels", "nvlsm_start",
+              # a failed job's nodes' kernel logs, read by `provision triage --job`: one not read is said to be
+              # missing, a line without a time kept (tests/triage/test_job.py)
+              "kernel_log_iso"}
     assert set(FACTS) == set(PREFLIGHT_FACTS) | others
 
 
@@ -296,3 +299,22 @@ def test_collect_keeps_within_sshds_sessions_per_connection() -> None:
     session = Counting()
     preflight.collect(session, 10)
     assert len(preflight.PROBES) > preflight.CHANNELS_AT_ONCE and session.most <= preflight.CHANNELS_AT_ONCE
+
+
+def test_after_a_reset_only_what_followed_it_is_judged_and_silence_is_still_not_health(host) -> None:
+    """The watch's re-validation after a GPU reset (``kernel_after_s``, where the log stood when the reset began):
+    the recorded Xid 79 before that point is the episode's cause, judged already; a line after it fails the node
+    again; and an empty or unstamped log is unknown whatever the window, never ok."""
+    gathered, expect = host
+    xid79 = json.loads((CASES / "kernel_log" / "xid79.json").read_text())["output"]
+
+    def xid_outcome(text: str, after: float | None) -> Outcome:
+        judged = dataclasses.replace(_with(gathered, "kernel_log", text), kernel_after_s=after)
+        return next(result.outcome for result in preflight.evaluate(judged, expect) if result.check == "xid")
+
+    assert xid_outcome(xid79, None) is Outcome.FAILED
+    assert xid_outcome(xid79, 8123.6) is Outcome.OK  # the reset began after the Xid
+    assert xid_outcome(xid79, 8000.0) is Outcome.FAILED  # ... or before it: the Xid followed the reset
+    assert xid_outcome("", 8123.6) is Outcome.UNKNOWN
+    assert xid_outcome("NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n",
+                       8123.6) is Outcome.UNKNOWN  # no stamp: a format we do not know

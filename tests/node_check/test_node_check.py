@@ -52,3 +52,16 @@ def test_nagios_status_from_outcomes(outcomes: list[Outcome], status: str, code:
         assert check.summary == "gpu001: check1: message 1 (+1 more)"
         assert node_check.drain_reason(check) == "provision node-check: gpu001: check1: message 1 (+1 more)"
         assert not node_check.drain_reason(check).startswith("provision:"), "a sync would resume it"
+
+
+def test_a_node_drained_already_is_read_with_its_reason_whoever_drained_it() -> None:
+    """``scontrol -o show node`` as this Slurm printed it (tests/facts/slurm_nodes, recorded here): node-check
+    --drain, run every HealthCheckInterval, leaves a drained node as it is, so it must see the drain and its reason;
+    an idle node or a down one without the drain flag is not drained."""
+    recorded = json.loads((Path(__file__).parents[1] / "facts" / "slurm_nodes" /
+                           "drained_ours_admins_and_down.json").read_text())["output"]
+    found = {line.split()[0].removeprefix("NodeName="): node_check.drain_reason_of(line)
+             for line in recorded.splitlines()}
+    assert found == {"gpu01": None, "gpu04": None, "gpu03": "fan failure, ticket 4711",
+                     "gpu02": "provision: node/matmul: GPU 5 at 48% of its node-mates' matmul throughput "
+                              "(run 20261123T211445Z-81182076)"}

@@ -45,3 +45,25 @@ def test_the_acceptance_statement_is_the_newest_runs(tmp_path: Path) -> None:
     assert acceptance_line([{"run_dir": str(old)}, {"run_dir": str(new)}, {"run_dir": str(gone)}]) == \
         "15 of 16 admitted"
     assert acceptance_line([]) == ""
+
+
+def test_the_report_shows_each_domains_size_left_and_each_forecast_with_its_projection() -> None:
+    from provision.report import render
+    from provision.report.gather import ReportData
+
+    data = ReportData(cluster="gb200", spec_path="spec.yaml", spec_sha256="0" * 64, generated_at="2026-11-28",
+                      runs=[], campaign=None, software={}, controller={}, device="", counts={}, nodes=[], cards=[],
+                      thresholds=[], link_health={"analysed": False, "note": "no evidence", "suspects": []})
+    data.domains = [{"name": "rack1", "trays": ["gb001", "gb002"], "states": {"gb001": "admitted",
+                                                                              "gb002": "quarantined"},
+                     "usable": ["gb001"], "usable_gpus": 4, "size_gpus": 8, "policy": "shrink",
+                     "standing": "degraded", "note": "degraded: 1 of 2 trays admitted, a domain of 4 GPUs"}]
+    data.forecasts = [{"node": "sim03", "component": "mlx5_0/symbol_error", "hours": 7.9, "low": 5.0, "high": 12.0,
+                       "flagged": 1, "source": "soak:c1", "why": "9.00/h, 3.0x the earlier 5.5 h",
+                       "points": [(0.0, 0.0), (6.0, 21.0), (11.0, 66.0)], "at_h": 11.0, "count": 66.0,
+                       "threshold": 240.0}]
+    page = render(data, [])
+    domains = page[page.index('<section id="domains">'):page.index('<section id="forecasts">')]
+    assert "<td>degraded</td><td>4 of 8</td>" in domains and "gb002 (quarantined)" in domains
+    forecasts = page[page.index('<section id="forecasts">'):]
+    assert "<td>8 h</td><td>5-12 h</td><td>yes</td>" in forecasts and 'class="projection"' in forecasts

@@ -26,3 +26,19 @@ def test_nothing_to_draw_says_so() -> None:
     svg = lines("all_reduce busbw", [Series("sim01", [])], y_label="GB/s")
     ET.fromstring(svg)
     assert "no measurements" in svg
+
+
+def test_a_forecast_draws_its_series_the_threshold_and_the_projection_to_it() -> None:
+    from provision.report.plots import projection
+
+    svg = projection("sim03 mlx5_0/symbol_error", [(0.0, 0.0), (6.0, 20.0), (11.0, 66.0)], at_h=11.0, count=66.0,
+                     hours=7.9, low=5.0, high=12.0, threshold=240.0, y_label="count")
+    root = ET.fromstring(svg)
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    projected = [line for line in root.iter() if line.get("class") == "projection"]
+    assert len(projected) == 1 and "240 at 18.9 h" in svg
+    assert len([item for item in root.iter() if item.get("class") == "interval"]) == 2
+    assert len([item for item in root.iter() if item.get("class") == "point"]) == 3 and "threshold 240" in svg
+    assert root.find("svg:polyline", ns) is not None or "<polyline" in svg
+    assert "no measurements" in projection("x", [], at_h=0, count=0, hours=1, low=None, high=None, threshold=1,
+                                           y_label="count")

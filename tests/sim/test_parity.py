@@ -107,6 +107,23 @@ def test_xid_lines_match(host: SimHost) -> None:
         assert len(xid.pci.split(":")) == 3 and xid.pid and xid.process and xid.detail
 
 
+def test_the_iso_kernel_log_gives_each_line_the_time_it_was_logged(host: SimHost) -> None:
+    """``dmesg --time-format=iso`` (util-linux: a comma before the microseconds, the zone's offset), what triage
+    matches a job's window against: a line logged now reads now, the boot's lines an hour before the build."""
+    import time
+    from datetime import datetime
+
+    from provision.facts.kernel_log import KERNEL_LOG_ISO
+    from provision.sim.host import inject_now
+
+    inject_now(host.paths.root.parent, "xid", "gpu2", {"code": 79})
+    lines = KERNEL_LOG_ISO.parse(host.run(*KERNEL_LOG_ISO.argv).stdout)
+    assert all(line.stamp and line.seconds is None for line in lines)
+    stamps = [datetime.fromisoformat(line.stamp.replace(",", ".")).timestamp() for line in lines if line.stamp]
+    assert stamps == sorted(stamps) and abs(stamps[-1] - time.time()) < 60, (lines[-1], time.time())
+    assert "79," in lines[-1].message or "79," in lines[-2].message
+
+
 def test_kernel_log_sources_all_parse(host: SimHost) -> None:
     kmsg = parse_kernel_log(_fixture("gpud/kmsg/kmsg.2.peermem.log"))
     assert kmsg[0].message.startswith("nvidia-peermem nv_get_p2p_free_callback")

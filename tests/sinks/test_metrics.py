@@ -139,6 +139,30 @@ def test_spare_fraction_says_whether_the_delivery_is_met(nodes: int, admitted: i
 
 
 @pytest.mark.fast
+def test_each_trending_forecast_is_exported_with_its_flag_and_one_without_a_trend_is_not(tmp_path: Path) -> None:
+    from provision.sinks.metrics import forecast_families
+    from provision.state import StateStore
+    from provision.state.store import ForecastRecord
+
+    with StateStore(tmp_path) as store:
+        store.record_forecasts("watch", [
+            ForecastRecord("sim03", "leaf01/7 SymbolErrorCounter", 24.0, 15.8, 9.0, 30.0, 16.2, 259.0, 1000.0, True,
+                           "16.18/h, 4.0x the earlier 12 h: 741 events to go"),
+            ForecastRecord("sim04", "leaf01/8 SymbolErrorCounter", 24.0, None, None, None, 9.0, 216.0, 1000.0,
+                           False, "no trend: 9.00/h now against 9.00/h before (steady)")], run_id="pass-1")
+        text = exposition(forecast_families(store, "sim16"))
+    lines = set(text.splitlines())
+    labels = 'cluster="sim16",component="leaf01/7 SymbolErrorCounter",node="sim03",source="watch"'
+    assert f"provision_forecast_seconds{{{labels}}} 56880" in lines
+    assert f"provision_forecast_flagged{{{labels}}} 1" in lines
+    assert "sim04" not in text  # no trend: no projection to export (absent, not health)
+    if promstack.PROMTOOL:
+        linted = subprocess.run([promstack.PROMTOOL, "check", "metrics"], input=text, text=True,
+                                capture_output=True, timeout=30)
+        assert linted.returncode == 0 and not linted.stdout.strip(), linted.stdout + linted.stderr
+
+
+@pytest.mark.fast
 def test_the_latest_soak_poll_of_each_node_is_exported_in_base_units(tmp_path: Path) -> None:
     from provision.sinks.metrics import soak_families
     from provision.state import StateStore

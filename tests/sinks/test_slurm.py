@@ -62,17 +62,20 @@ def test_node_checks_drain_read_back_by_the_watch_becomes_ours() -> None:
     re-admission by the watch's ladder resumes it (instead of leaving it for an administrator and reading it back
     again as a new failure). node-check's drain of a node the store still admits stays node-check's."""
     from provision.node_check.on_node import DRAIN_PREFIX
-    from provision.sinks.slurm import NODE_CHECK_DRAIN, NODE_CHECK_STAGE
-    from provision.watch.reconcile import NODE_CHECK_STAGE as WATCH_STAGE
+    from provision.sinks.slurm import NODE_CHECK_DRAIN
 
-    assert (NODE_CHECK_DRAIN, NODE_CHECK_STAGE) == (DRAIN_PREFIX, WATCH_STAGE)
+    assert NODE_CHECK_DRAIN == DRAIN_PREFIX
     drain = "provision node-check: a: xid: Xid 79 on GPU 0000:18:00: GPU has fallen off the bus."
     read = _record("a", NodeState.QUARANTINED, stage="node-check", reason="node-check/xid: Xid 79", run_id="W1")
-    plan = plan_sync([read, _record("b", NodeState.ADMITTED)],
+    # the same pass climbed c's ladder a rung (a GPU reset, its Xid still logged): held at stage revalidate
+    climbed = _record("c", NodeState.QUARANTINED, stage="revalidate", reason="revalidate/xid: Xid 79", run_id="W1")
+    plan = plan_sync([read, _record("b", NodeState.ADMITTED), climbed],
                      {"a": _slurm("a", flags=("drain",), reason=drain), "b": _slurm("b", flags=("drain",),
-                                                                                   reason=drain.replace("a:", "b:"))})
+                                                                                   reason=drain.replace("a:", "b:")),
+                      "c": _slurm("c", flags=("drain",), reason=drain.replace("a:", "c:"))})
     assert [(action.node, action.kind, action.reason) for action in plan.actions] == [
-        ("a", "drain", "provision: node-check/xid: Xid 79 (run W1)")]
+        ("a", "drain", "provision: node-check/xid: Xid 79 (run W1)"),
+        ("c", "drain", "provision: revalidate/xid: Xid 79 (run W1)")]
     assert plan.held_by_admin == {"b": drain.replace("a:", "b:")}
     back = plan_sync([_record("a", NodeState.ADMITTED)], {"a": _slurm("a", flags=("drain",),
                                                                       reason=plan.actions[0].reason)})
@@ -245,7 +248,12 @@ def test_node_check_as_health_check_program_drains_a_node_after_an_xid(tmp_path:
         assert again["moves"] == [], "read back once"
         # the store decides sim02 now: the sync after the watch's run made node-check's drain ours, so the ladder
         # can return the node (our sync resumes only our own drains)
-        assert cluster.sinfo_reasons()["sim02"].startswith("provision: node-check/xid: Xid 79"), cluster.sinfo_reasons()
+        ours = cluster.sinfo_reasons()["sim02"]
+        assert ours.startswith(("provision: node-check/xid: Xid 79", "provision: revalidate/xid: Xid 79")), ours
+        # and it stays the store's: the health check, still CRITICAL on sim02 every interval, leaves a drained node
+        # as it is (it wrote its own reason over ours, and over an administrator's, until stop 63's clean clone)
+        time.sleep(interval * 2 + 1)
+        assert cluster.sinfo_reasons()["sim02"] == ours, cluster.sinfo_reasons()
     status = {row["name"]: row for row in json.loads(run_cli("status", str(spec), "--json").stdout)["nodes"]}
     assert (status["sim02"]["state"], status["sim01"]["state"]) == ("quarantined", "admitted")
     assert set(reasons) == {"sim02"}

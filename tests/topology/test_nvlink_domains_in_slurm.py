@@ -33,8 +33,8 @@ def test_a_block_a_domain_and_the_least_block_size_the_smallest_domain() -> None
         "SwitchName=nvlink-domains Switches=rack[1-2]"]
 
 
-def test_after_a_failed_tray_each_domains_policy_says_what_runs_jobs(tmp_path: Path) -> None:
-    with StateStore(tmp_path / "state") as store:
+def _one_tray_of_each_rack_failed(state: Path) -> None:
+    with StateStore(state) as store:
         trays = expand("gb[001-036]")
         store.register([(tray, "gb200-tray") for tray in trays], "r0")
         run = recorded_run(store, "apply")
@@ -44,6 +44,34 @@ def test_after_a_failed_tray_each_domains_policy_says_what_runs_jobs(tmp_path: P
             failed = tray in ("gb005", "gb020")  # one tray of each rack
             store.transition(tray, NodeState.QUARANTINED if failed else NodeState.ADMITTED, run_id=run,
                              stage="preflight" if failed else None, reason="gpu_fabric" if failed else "")
+
+
+@pytest.mark.fast
+def test_the_report_and_the_metrics_say_the_size_each_domain_has_left(tmp_path: Path) -> None:
+    from provision.fleet.domains import DEGRADED, HELD, WHOLE, standings
+    from provision.sinks.metrics import domain_families, exposition
+    from provision.spec import load_spec
+
+    _one_tray_of_each_rack_failed(tmp_path / "state")
+    loaded = load_spec(EXAMPLE)
+    assert [(one.name, one.standing, one.usable_gpus) for one in standings(loaded, None)] == [
+        ("rack1", WHOLE, 72), ("rack2", WHOLE, 72)]  # as designed
+    with StateStore(tmp_path / "state") as store:
+        states = {record.name: record.state.value for record in store.nodes()}
+        found = standings(loaded, states)
+        text = exposition(domain_families(loaded, store, "gb200"))
+    assert [(one.name, one.standing, one.usable_gpus, len(one.usable)) for one in found] == [
+        ("rack1", DEGRADED, 68, 17), ("rack2", HELD, 0, 0)]
+    assert found[0].states["gb005"] == "quarantined"
+    lines = set(text.splitlines())
+    assert 'provision_nvlink_domain_trays{cluster="gb200",domain="rack1",state="admitted"} 17' in lines
+    assert 'provision_nvlink_domain_trays{cluster="gb200",domain="rack1",state="quarantined"} 1' in lines
+    assert 'provision_nvlink_domain_usable_gpus{cluster="gb200",domain="rack2",standing="held"} 0' in lines
+    assert 'provision_nvlink_domain_usable_gpus{cluster="gb200",domain="rack1",standing="degraded"} 68' in lines
+
+
+def test_after_a_failed_tray_each_domains_policy_says_what_runs_jobs(tmp_path: Path) -> None:
+    _one_tray_of_each_rack_failed(tmp_path / "state")
     result = run_cli("topology", "slurm", str(EXAMPLE), "--admitted", "--state-dir", str(tmp_path / "state"))
     assert result.returncode == 0, result.stderr
     assert "# rack1: degraded: 17 of 18 trays admitted, a domain of 68 GPUs" in result.stdout

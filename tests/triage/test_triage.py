@@ -42,6 +42,13 @@ def test_the_culprit_is_named(case: str, expected: dict[str, str]) -> None:
     assert code == 0 and _culprits(found) == expected, found
 
 
+def test_every_rank_at_one_call_is_no_single_nodes_fault() -> None:
+    code, found = _triage(OURS / "watchdog_all_at_one_call")
+    assert code == 0 and found["culprits"] == [] and found["conclusive"], found
+    assert found["nobody"] and "same collective (1067) with none behind" in found["nobody"][0]
+    assert found["requeue"].startswith("Do not requeue as it is")
+
+
 def test_a_merged_log_names_the_failure_but_not_its_host() -> None:
     code, found = _triage(OURS / "xid_in_a_nodes_dmesg")
     assert code == 0

@@ -22,8 +22,11 @@ def _jobs(case: str):  # type: ignore[no-untyped-def]
 def test_each_end_of_a_job_is_a_verdict_only_when_its_checks_ran_to_the_end() -> None:
     ends = read_ends(_jobs("revalidations_and_a_user_job"), {"1": "sim01", "2": "sim02", "7": "sim03"})
     assert [(end.node, end.verdict, end.judged) for end in ends] == [
-        ("sim01", PREEMPTED, False), ("sim02", FAILED, True), ("sim03", LOST, False)]
-    assert "a user's job took the node" in ends[0].detail and ends[1].detail == "exit 3"
+        ("sim01", PREEMPTED, False), ("sim02", ERROR, False), ("sim03", LOST, False)]
+    assert "a user's job took the node" in ends[0].detail
+    assert ends[1].detail.startswith("exit 3: UNKNOWN"), "node-check's unknown is no verdict on the node"
+    [failed] = read_ends(_jobs("failed_exit_2"), {"3": "sim02"})
+    assert (failed.verdict, failed.judged, failed.detail) == (FAILED, True, "exit 2: CRITICAL: a check failed")
     assert "unknown" in ends[2].detail, "a job slurmctld forgot is never taken as passed"
     [passed] = read_ends(_jobs("completed"), {"2": "sim02"})
     assert (passed.verdict, passed.judged) == (PASSED, True)
@@ -45,3 +48,26 @@ def test_the_idle_nodes_waiting_longest_are_due_within_the_passs_share() -> None
     assert chosen == ["d", "b"], "never re-validated first, then the longest ago; e is busy with a user's job"
     assert due(["a", "b"], last, idle={"a", "b"}, underway={"b"}, now=now, every_s=7 * day, limit=5) == ["a"]
     assert due(["c"], last, idle={"c"}, underway=set(), now=now, every_s=7 * day, limit=5) == []
+
+
+def test_the_store_keeps_each_revalidation_until_its_end_is_read(tmp_path: Path) -> None:
+    from provision.state import NodeState, StateStore
+    from provision.watch.revalidate import PASSED, PREEMPTED
+    from provision.watch.revalidation import job_argv
+    from tests.stores import recorded_run
+
+    with StateStore(tmp_path) as store:
+        store.register([("sim01", "g"), ("sim02", "g")], recorded_run(store, "apply"))
+        watch = recorded_run(store, "watch")
+        store.add_revalidation("sim01", "11", at=100.0, run_id=watch)
+        store.add_revalidation("sim02", "12", at=100.0, run_id=watch)
+        assert store.revalidations_underway() == {"11": "sim01", "12": "sim02"}
+        store.end_revalidation("11", PASSED, "completed, exit 0", at=160.0)
+        store.end_revalidation("12", PREEMPTED, "preempted", at=130.0)
+        assert store.revalidations_underway() == {}
+        assert store.last_revalidated() == {"sim01": 100.0}, "only a pass makes a node known good"
+        assert store.node("sim01") is not None and store.node("sim01").state is NodeState.NEW  # type: ignore[union-attr]
+    argv = job_argv("revalidate", "sim01", 30, "/usr/local/sbin/provision-node-check --drain")
+    assert argv[:2] == ["sbatch", "--parsable"] and argv[argv.index("-w") + 1] == "sim01"
+    assert argv[argv.index("-J") + 1] == "provision-revalidate-sim01" and argv[-2:] == [
+        "--wrap", "/usr/local/sbin/provision-node-check --drain"]

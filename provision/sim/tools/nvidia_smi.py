@@ -19,7 +19,7 @@ from typing import Any, cast
 from provision.catalog import GPU_MODELS
 from provision.hostmodel import pciconfig
 from provision.sim.develop import hours_since
-from provision.sim.node import load_state
+from provision.sim.node import lines_since_boot, load_state, save_state
 from provision.sim.tools.apt import installed_version
 from provision.sim.tools.common import ToolError, not_simulated, service_active
 
@@ -142,6 +142,51 @@ class Smi:
         if not chosen:
             raise ToolError("No devices were found", 6)
         return chosen
+
+    def lost(self, gpu: dict[str, Any]) -> bool:
+        """Fallen off the bus (Xid 79, or the driver's "fallen off the bus" record) since the host last booted:
+        only a reboot brings it back."""
+        pci = cast(str, gpu["bdf"]).lower()
+        xid = re.compile(rf"NVRM: Xid \(PCI:{re.escape(pci[: pci.rindex('.')])}\): 79,", re.IGNORECASE)
+        return any(xid.search(line) or (pci in line.lower() and "fallen off the bus" in line)
+                   for line in lines_since_boot(self.root))
+
+    # -- -r ------------------------------------------------------------------------
+    def reset(self, index: str | None) -> int:
+        """``nvidia-smi -r -i GPU``, in the words NVIDIA's tool prints (recorded in NVIDIA/NVSentinel #1690 and
+        #1692): a GPU fallen off the bus since the last boot is lost, in the words nvidia-smi prints for one
+        (JosephKJ/OWOD #81, NVIDIA/nvidia-docker #1553), exit 15 (nvidia-smi(1): "the GPU has fallen off the bus
+        or has otherwise become inaccessible"); refused while anything holds the device (the persistence daemon, a
+        process computing on it), exit 255; else the GPU is reset, its volatile ECC counts cleared and a pending
+        row remap or page retirement applied. Every GPU at once (no ``-i``) is not simulated: the tool's words for
+        several GPUs are not recorded here."""
+        if index is None:
+            not_simulated("nvidia-smi -r", "without -i (the output for every GPU at once is not recorded)")
+        chosen = self.select(index)
+        gpu = chosen[0]
+        if self.lost(gpu):
+            print(f"Unable to determine the device handle for GPU {cast(str, gpu['bdf']).upper()}: GPU is lost. "
+                  "Reboot the system to recover this GPU")
+            return 15
+        if service_active(self.state, "nvidia-persistenced") or gpu["index"] in self.busy:
+            print("The following GPUs could not be reset:")
+            print(f"  GPU {self.bus_id(gpu)}: In use by another client")
+            print()
+            print("1 device is currently being used by one or more other processes (e.g. Fabric")
+            print("Manager, CUDA application, graphics application such as an X server, or a")
+            print("monitoring application such as another instance of nvidia-smi). Please first kill")
+            print("all processes using this device and all compute applications running in the")
+            print("system.")
+            return 255
+        state = load_state(self.root)
+        stored = next(item for item in state["gpus"] if item["bdf"] == gpu["bdf"])
+        # what was pending takes effect at the reset (NVIDIA's page retirement and row remapping notes: "on the
+        # next GPU reset or driver reload"): the remap applied, the pages retired
+        stored.update(ecc_uncorrected_volatile=0, ecc_corrected_volatile=0, remap_pending=False,
+                      retired_pending=False)
+        save_state(self.root, state)
+        print(f"GPU {self.bus_id(gpu)} was successfully reset.")
+        return 0
 
     # -- -L ------------------------------------------------------------------------
     def list_gpus(self) -> None:
@@ -463,6 +508,8 @@ def main(root: Path, args: list[str]) -> int:
     if args == ["-L"]:
         Smi(root).list_gpus()
         return 0
+    if args in (["-r"], ["--gpu-reset"]):
+        return Smi(root).reset(index)
     if args and args[0] in ("-q", "--query"):
         sections: set[str] = set()
         rest = args[1:]

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from provision.sim.node import (
     ROOT_ARGS,
     append_kernel_log,
     load_state,
+    ring_position,
     save_state,
 )
 from provision.sim.tools.common import ToolError, not_simulated, privileged
@@ -217,18 +219,24 @@ def lsmod(root: Path, args: list[str]) -> int:
 def dmesg(root: Path, args: list[str]) -> int:
     if not privileged():  # Ubuntu sets kernel.dmesg_restrict=1
         raise ToolError("dmesg: read kernel buffer failed: Operation not permitted", 1)
-    human = False
+    human = iso = False
     for arg in args:
         if arg in ("-T", "--ctime"):
             human = True
+        elif arg in ("--time-format=iso", "--time-format", "iso"):  # util-linux: the form or its two words
+            iso = iso or arg != "--time-format"
         elif arg not in ("--notime",):
             not_simulated("dmesg", arg)
     state = load_state(root)
-    booted = time.time() - state.get("uptime_s", 3600.0)
+    booted = state.get("ring_epoch") or time.time() - state.get("uptime_s", 3600.0)  # a host built before the epoch
     for line in (root / RING_FILE).read_text().splitlines():
         seconds, message = float(line[1 : line.index("]")]), line[line.index("]") + 2 :]
         if "--notime" in args:
             print(message)
+        elif iso:  # 2026-11-28T17:55:34,551034+00:00: a comma before the microseconds, the zone's offset
+            at = datetime.fromtimestamp(booted + seconds).astimezone()
+            offset = at.strftime("%z")
+            print(f"{at.strftime('%Y-%m-%dT%H:%M:%S')},{at.microsecond:06d}{offset[:3]}:{offset[3:]} {message}")
         elif human:
             print(f"[{time.strftime('%a %b %d %H:%M:%S %Y', time.localtime(booted + seconds))}] {message}")
         else:
@@ -436,6 +444,7 @@ def power_on(root: Path) -> int:
     state["powered"] = True
     state["boot_count"] = state.get("boot_count", 1) + 1
     state["uptime_s"] = 5.0
+    state["boot_ring_s"] = ring_position(root)  # what the ring holds from here on is this boot's
     replace_file(root / "proc" / "sys" / "kernel" / "random" / "boot_id", f"{uuid.uuid4()}\n")
     state["driver_loaded"] = None
     state["modules"] = []

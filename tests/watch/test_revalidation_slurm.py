@@ -1,0 +1,100 @@
+"""The revalidation of idle nodes through a real slurmctld (issue 56, item 4): two admitted simulated nodes, the
+two partitions measured in docs/watch.md (``batch`` over ``revalidate``, preempt/partition_prio, CANCEL). A pass
+two hours after admission submits node-check to each; sim02's GPU logged Xid 79 meanwhile, so its node-check is
+CRITICAL and drains it; the next pass reads both ends (sim01 passed, sim02 failed), and reconcile quarantines sim02
+from its drain with node-check's check, as any node-check drain (then the GPU ladder's first rung, a reset, which
+the GPU that fell off the bus refuses).
+(A preempted revalidation's end, no verdict, is read from this Slurm's recorded output in test_revalidate.py.)"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provision.run.context import SpecIdentity, mutating_run
+from provision.sim.cluster import node_paths
+from provision.sim.host import inject_now
+from provision.sinks.slurm import client_for
+from provision.spec import load_spec
+from provision.state import NodeState, StateStore
+from provision.watch.passes import one_pass
+from provision.watch.revalidate import FAILED, PASSED
+from provision.watch.revalidation import revalidation_pass
+from tests import slurmcluster
+from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
+
+HOSTS = ["sim01", "sim02"]
+PARTITIONS = ["PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=10",
+              "PartitionName=revalidate Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1"]
+HOUR = 3600.0
+
+
+def _ended(cluster: slurmcluster.SlurmCluster, job_ids: list[str], limit_s: float = 180) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        listing = cluster.scontrol("-o", "show", "job").stdout
+        states = {line.split()[0].split("=", 1)[1]: line.split("JobState=", 1)[1].split()[0]
+                  for line in listing.splitlines() if line.startswith("JobId=")}
+        if all(states.get(job) not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING") for job in job_ids):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"jobs {job_ids} did not end within {limit_s:g} s")
+
+
+@pytest.mark.skipif(not slurmcluster.available(), reason=slurmcluster.MISSING)
+def test_idle_nodes_are_revalidated_and_a_critical_one_is_quarantined_with_its_check(tmp_path: Path) -> None:
+    slurm_dir = tmp_path / "slurm"
+    spec = shrink_to_four_gpus(write_spec(tmp_path, [], hosts="sim[01-02]", stages=["preflight"]))
+    data = yaml.safe_load(spec.read_text())
+    data["slurm"] = {"conf": str(slurm_dir / "slurm.conf")}
+    # on a real node the job runs `provision-node-check --drain` as the role installed it; here it enters the
+    # simulated host first (as the health-check program of tests/sinks/test_slurm.py does) and names this test's
+    # slurm.conf, so node-check reads that node's own root, tools and check file
+    data["watch"] = {"revalidate": {
+        "every": "1h", "partition": "revalidate", "per_pass": 2, "time_limit_minutes": 5,
+        "command": f'{sys.executable} -m provision sim shell {spec} "$SLURMD_NODENAME" -- env '
+                   f"SLURM_CONF={slurm_dir / 'slurm.conf'} {sys.executable} -m provision node-check --drain"}}
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    state = tmp_path / ".provision" / "sim16"
+    extra = "PreemptType=preempt/partition_prio\nPreemptMode=CANCEL"
+    with slurmcluster.running(slurm_dir, HOSTS, extra=extra, partitions=PARTITIONS) as cluster:
+        burned = provision_then_burn_in(spec)
+        assert {row["state"] for row in burned["nodes"].values()} == {"admitted"}, burned["nodes"]
+        loaded = load_spec(spec)
+        identity = SpecIdentity(spec.resolve(), loaded.sha256)
+        with mutating_run(state, "watch", ["watch"], spec=identity) as run:  # just admitted: nobody is due
+            assert revalidation_pass(loaded, run, client_for(loaded), now=time.time()).submitted == {}
+        inject_now(node_paths(state, "sim02").root.parent, "xid", "gpu1", {"code": 79})
+        later = time.time() + 2 * HOUR
+        with mutating_run(state, "watch", ["watch"], spec=identity) as run:
+            first = revalidation_pass(loaded, run, client_for(loaded), now=later)
+        assert sorted(first.submitted) == HOSTS and not first.problems, first
+        _ended(cluster, list(first.submitted.values()))
+        with mutating_run(state, "watch", ["watch"], spec=identity) as run:
+            second = one_pass(loaded, run, state, now=later + 60)
+        reasons = cluster.sinfo_reasons()
+    assert second.revalidation is not None
+    assert {end.node: end.verdict for end in second.revalidation.ended} == {"sim01": PASSED, "sim02": FAILED}
+    # node-check's drain, read back; the sync at the pass's end wrote the store's reason, which the ladder's failed
+    # rung left as it was
+    assert reasons["sim02"].startswith("provision: node-check/xid: Xid 79"), reasons
+    with StateStore(state) as store:
+        sim02, sim01 = store.node("sim02"), store.node("sim01")
+        # read back from its drain at stage node-check with the check; the same pass's ladder then takes the GPU
+        # ladder's first rung, a reset, which a GPU that fell off the bus (Xid 79) refuses: the step failed, the
+        # node stays quarantined for the next rung
+        moves = [(row["to_state"], row["stage"], row["reason"].split(":")[0]) for row in store.history("sim02")]
+        assert moves[-1] == ("quarantined", "node-check", "node-check/xid"), moves
+        episode = store.watch_episode("sim02")
+        assert episode is not None
+        attempts = [(row["step"], row["outcome"]) for row in store.attempts("sim02", episode)]
+        assert attempts == [("gpu_reset", "failed")], attempts
+        assert "GPU is lost" in store.attempts("sim02", episode)[0]["detail"]["step"]
+        assert sim02 is not None and sim02.state is NodeState.QUARANTINED, sim02
+        assert sim01 is not None and sim01.state is NodeState.ADMITTED
+        assert [row["verdict"] for row in store.revalidations("sim01")] == [PASSED]
+        assert store.last_revalidated()["sim01"] == later
