@@ -22,7 +22,7 @@ from provision.hostmodel.pciconfig import write as write_config
 from provision.sim import kernel_log
 from provision.sim.develop import schedule
 from provision.sim.files import replace_file
-from provision.sim.node import ACS_STATE_KEY, append_kernel_log, link_speed_text, sysfs_path, write
+from provision.sim.node import ACS_STATE_KEY, BOOT_LINES_KEY, append_kernel_log, link_speed_text, sysfs_path, write
 from provision.sim.tools.apt import package_entry, read_status, write_status
 from provision.sim.tools.system import write_modules
 
@@ -32,6 +32,14 @@ Injector = Callable[["NodeContext", dict[str, Any], str | None], None]
 class NodeContext:
     def __init__(self, root: Path, hardware: NodeHardware, state: dict[str, Any], link_rate: str) -> None:
         self.root, self.hardware, self.state, self.link_rate = root, hardware, state, link_rate
+
+    def log(self, lines: list[str], *, every_boot: bool = True) -> None:
+        """Lines into the host's kernel ring now; ``every_boot``: a condition of the hardware, which the host logs
+        again at each boot as its driver probes the device (kept in the state, logged by ``power_on``), as opposed
+        to an event that the next boot's ring no longer holds."""
+        append_kernel_log(self.root, lines)
+        if every_boot:
+            self.state.setdefault(BOOT_LINES_KEY, []).extend(lines)
 
     def gpu(self, target: str | None) -> dict[str, Any]:
         index = int((target or "gpu0")[3:])
@@ -81,7 +89,7 @@ def _boot_with_driver(node: NodeContext, version: str) -> None:
     node.state["services"].update({"nvidia-persistenced": {"enabled": True, "active": True},
                                    "nvidia-fabricmanager": {"enabled": True, "active": True}})
     write_modules(node.root, node.state["modules"], node.state.get("driver_loaded"), node.state.get("ib_stack_loaded"))
-    append_kernel_log(node.root, kernel_log.driver_load_lines(version))
+    node.log(kernel_log.driver_load_lines(version), every_boot=False)  # the next boot loads what is installed then
 
 
 def wrong_driver(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
@@ -120,7 +128,7 @@ def gpu_missing(node: NodeContext, params: dict[str, Any], target: str | None) -
     bdf = gpu["bdf"]
     shutil.rmtree(node.device_dir(bdf))
     (node.root / "sys" / "bus" / "pci" / "devices" / bdf).unlink()
-    append_kernel_log(node.root, [f"pcieport {node.hardware.device(bdf).parent}: pciehp: Slot(28): Link Down",
+    node.log([f"pcieport {node.hardware.device(bdf).parent}: pciehp: Slot(28): Link Down",
                                   f"NVRM: GPU {bdf}: RmInitAdapter failed! (0x22:0x56:667)",
                                   f"nvidia {bdf}: probe with driver nvidia failed with error -1"])
 
@@ -137,12 +145,12 @@ def pcie_downtrained(node: NodeContext, params: dict[str, Any], target: str | No
     replace_file(directory / "config", write_config(space, offset + 0x12, 2, (status & ~0x3FF) | gen | (width << 4)))
     write(directory / "current_link_speed", link_speed_text(gen) + "\n")
     write(directory / "current_link_width", f"{width}\n")
-    append_kernel_log(node.root, [kernel_log.limited_by_line(device.driver, bdf, gen, width, device.link.max_gen,
+    node.log([kernel_log.limited_by_line(device.driver, bdf, gen, width, device.link.max_gen,
                                                              device.link.max_width, device.parent or bdf)])
 
 
 def xid(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
-    append_kernel_log(node.root, kernel_log.xid_lines(node.gpu(target)["bdf"], params["code"]))
+    node.log(kernel_log.xid_lines(node.gpu(target)["bdf"], params["code"]), every_boot=params["after_boot"] == "again")
 
 
 def ecc_uncorrectable(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
@@ -150,7 +158,7 @@ def ecc_uncorrectable(node: NodeContext, params: dict[str, Any], target: str | N
     gpu["ecc_uncorrected_volatile"] = params["count"]
     gpu["retired_dbe"] = min(params["count"], 64)
     gpu["retired_pending"] = True
-    append_kernel_log(node.root, kernel_log.xid_lines(gpu["bdf"], 48))
+    node.log(kernel_log.xid_lines(gpu["bdf"], 48))
 
 
 def nvlink_errors_growing(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
@@ -162,7 +170,7 @@ def row_remap_pending(node: NodeContext, params: dict[str, Any], target: str | N
     gpu = node.gpu(target)
     gpu["remap_pending"] = True
     gpu["remapped_uncorrectable"] = 1
-    append_kernel_log(node.root, kernel_log.xid_lines(gpu["bdf"], 63))
+    node.log(kernel_log.xid_lines(gpu["bdf"], 63))
 
 
 def thermal_throttle(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
@@ -177,7 +185,7 @@ def hca_port_down(node: NodeContext, params: dict[str, Any], target: str | None)
     write(port / "phys_state", "2: Polling\n")
     write(port / "rate", "10 Gb/sec (4X SDR)\n")
     hca = next(hca for hca in node.hardware.hcas if hca.name == (target or node.hardware.hcas[0].name))
-    append_kernel_log(node.root, [f"mlx5_core {hca.bdf}: Port module event: module 0, Cable unplugged"])
+    node.log([f"mlx5_core {hca.bdf}: Port module event: module 0, Cable unplugged"])
 
 
 def ib_link_low_rate(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
@@ -186,7 +194,7 @@ def ib_link_low_rate(node: NodeContext, params: dict[str, Any], target: str | No
 
 
 def unknown_kernel_log_line(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
-    append_kernel_log(node.root, [params["line"]])
+    node.log([params["line"]])
 
 
 def disk_full(node: NodeContext, params: dict[str, Any], target: str | None) -> None:

@@ -26,6 +26,9 @@ STATE_FILE = "var/lib/provision-sim/node.json"
 #: Node-state key: bridge BDF -> the ACS control value its firmware sets at every boot.
 ACS_STATE_KEY = "acs_firmware"
 RING_FILE = "var/log/dmesg"
+#: The state's kernel lines of conditions the hardware has (a GPU that falls off the bus, a link trained short):
+#: logged again at every boot, where an event's line is in the ring of the boot it happened in only.
+BOOT_LINES_KEY = "boot_kernel_lines"
 
 IB_COUNTERS = (
     "VL15_dropped", "excessive_buffer_overrun_errors", "link_downed", "link_error_recovery",
@@ -225,16 +228,23 @@ def ring_position(root: Path) -> float:
     return float(tail[1 : tail.index("]")])
 
 
-def lines_since_boot(root: Path) -> list[str]:
-    """The ring's messages logged since the host last booted (``boot_ring_s``, set at each power-on; every line
-    for a host that has not rebooted since it was built)."""
+def ring_since_boot(root: Path) -> list[tuple[float, str]]:
+    """The ring's lines logged since the host last booted, (stamp, message) each: what ``dmesg`` shows (the
+    kernel's ring starts empty at each boot; ``boot_ring_s`` is where this boot's lines begin in the file, which
+    keeps earlier boots' as ``journalctl -k`` would). Every line for a host that has not rebooted since it was
+    built."""
     ring = root / RING_FILE
     since = float(load_state(root).get("boot_ring_s", -1.0))
     found = []
     for line in (ring.read_text() if ring.exists() else "").splitlines():
         if line.startswith("[") and "]" in line and float(line[1 : line.index("]")]) > since:
-            found.append(line[line.index("]") + 2 :])
+            found.append((float(line[1 : line.index("]")]), line[line.index("]") + 2 :]))
     return found
+
+
+def lines_since_boot(root: Path) -> list[str]:
+    """The messages of :func:`ring_since_boot`."""
+    return [message for _, message in ring_since_boot(root)]
 
 
 def append_kernel_log(root: Path, lines: list[str], *, at_s: float | None = None) -> None:

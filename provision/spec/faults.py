@@ -64,7 +64,9 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               {"width": Param(int, 8, choices=(1, 2, 4, 8, 16)), "gen": Param(int, 0, 0, 6)}),
     FaultKind("xid", "node", _GPU, "preflight", "xid",
               "an Xid in the kernel log; preflight fails hardware-class codes and warns on benign ones",
-              {"code": Param(int, 79, 1, 200)}),
+              {"code": Param(int, 79, 1, 200),
+               # again: the GPU's fault logs it at every boot; cleared: an event the next boot's log no longer holds
+               "after_boot": Param(str, "again", choices=("again", "cleared"))}),
     FaultKind("ecc_uncorrectable", "node", _GPU, "preflight", "ecc",
               "volatile uncorrectable ECC errors; preflight's ECC check fails",
               {"count": Param(int, 2, 1, 10_000)}),

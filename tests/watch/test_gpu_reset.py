@@ -65,9 +65,10 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_reset_until_the_host_reboots(ho
                                                                                tmp_path: Path) -> None:
     """Xid 79: nvidia-smi cannot even find the device (its words for a lost GPU: JosephKJ/OWOD #81; exit 15,
     nvidia-smi(1)), so the rung fails with them and the ladder goes on to the power cycle; after a boot the GPU
-    answers again and resets."""
+    answers again and resets, and the boot's kernel log no longer holds the Xid (an event: ``after_boot: cleared``);
+    a GPU whose fault logs it again at every boot (``again``, the default) stays lost."""
     simulated, state = host
-    inject_now(simulated.paths.root.parent, "xid", "gpu1", {"code": 79})
+    inject_now(simulated.paths.root.parent, "xid", "gpu1", {"code": 79, "after_boot": "cleared"})
     simulated.run("systemctl", "stop", PERSISTENCE_UNIT)
     lost = simulated.run("nvidia-smi", "-r", "-i", "1", check=False)
     assert lost.returncode == 15, lost.stdout + lost.stderr
@@ -85,6 +86,12 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_reset_until_the_host_reboots(ho
     simulated.run("modprobe", "nvidia")
     again = simulated.run("nvidia-smi", "-r", "-i", "1", check=False)
     assert again.returncode == 0 and again.stdout.strip().endswith("was successfully reset."), again.stdout
+    assert "Xid" not in simulated.run("dmesg").stdout, "dmesg shows this boot's lines"
+    inject_now(simulated.paths.root.parent, "xid", "gpu2", {"code": 79})
+    simulated.run("reboot", check=False)
+    simulated.run("modprobe", "nvidia")
+    assert simulated.run("dmesg").stdout.count("Xid") == 1, "logged again by the boot, once"
+    assert simulated.run("nvidia-smi", "-r", "-i", "2", check=False).returncode == 15, "still lost"
 
 
 def _climb_once(spec: Path, state: Path) -> list[dict]:

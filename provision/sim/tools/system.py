@@ -27,15 +27,16 @@ from provision.sim import kernel_log
 from provision.sim.files import replace_file
 from provision.sim.node import (
     ACS_STATE_KEY,
+    BOOT_LINES_KEY,
     GRUB_CONFIG,
     GRUB_DEFAULTS,
     HCA_MODULES,
     INBOX,
-    RING_FILE,
     ROOT_ARGS,
     append_kernel_log,
     load_state,
     ring_position,
+    ring_since_boot,
     save_state,
 )
 from provision.sim.tools.common import ToolError, not_simulated, privileged
@@ -229,8 +230,8 @@ def dmesg(root: Path, args: list[str]) -> int:
             not_simulated("dmesg", arg)
     state = load_state(root)
     booted = state.get("ring_epoch") or time.time() - state.get("uptime_s", 3600.0)  # a host built before the epoch
-    for line in (root / RING_FILE).read_text().splitlines():
-        seconds, message = float(line[1 : line.index("]")]), line[line.index("]") + 2 :]
+    for seconds, message in ring_since_boot(root):
+        line = f"[{seconds:12.6f}] {message}"
         if "--notime" in args:
             print(message)
         elif iso:  # 2026-11-28T17:55:34,551034+00:00: a comma before the microseconds, the zone's offset
@@ -474,9 +475,10 @@ def power_on(root: Path) -> int:
             _load(root, state, _canonical(name), log)
         except ToolError as error:
             log.append(f"systemd-modules-load[612]: Failed to insert module '{name}': {error.message}")
-    # The ring keeps earlier boots' lines (as ``journalctl -k`` does, not dmesg): a fault the delivery came with
-    # stays in sight after the provisioning reboot, where a real host would log it again at the driver's load.
-    # Shutdown's own lines ("reboot: Restarting system") belong to the boot that ended and are not kept.
+    # dmesg shows this boot's lines only (the file keeps earlier boots', as ``journalctl -k`` would): what the
+    # hardware's conditions log at every boot (a GPU that falls off the bus, a link trained short: BOOT_LINES_KEY)
+    # is logged again here as the driver probes, and an event of an earlier boot is gone.
+    log += list(state.get(BOOT_LINES_KEY, []))
     if log:
         append_kernel_log(root, log)
     write_modules(root, state["modules"], state.get("driver_loaded"), state.get("ib_stack_loaded"))
