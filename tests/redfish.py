@@ -43,3 +43,32 @@ def power_state(address: str, port: int, path: str, username: str, password: str
     reply = requests.get(f"http://{address}:{port}{path}", auth=(username, password), timeout=5)
     reply.raise_for_status()
     return str(reply.json()["PowerState"])
+
+
+@contextmanager
+def serving_spec(spec: Path, count: int, env: dict[str, str]) -> Iterator[None]:
+    """``provision sim bmcs SPEC``: a BMC per simulated node of the spec, whose power the simulator applies to the
+    node (Off powers the host off, On boots it), until the block ends."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    server = subprocess.Popen([sys.executable, "-m", "provision", "sim", "bmcs", str(spec)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                              env={**os.environ, **env})
+    try:
+        deadline, lines = time.monotonic() + 60, []
+        while time.monotonic() < deadline:
+            line = server.stdout.readline() if server.stdout else ""
+            lines.append(line)
+            if "BMC(s) ready" in line or not line:
+                break
+        assert f"{count} BMC(s) ready" in "".join(lines), "".join(lines)
+        yield
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)

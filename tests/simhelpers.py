@@ -166,12 +166,14 @@ def strikes_in_service(kind: str) -> bool:
 
 def _shape(data: dict) -> str:
     """What provisioning depends on: the spec less its hosts (a subset of one provisioned cluster will do), its
-    faults and collective semantics (set per host below), its burn-in, its admission and its Slurm (which only
-    the burn-in's launcher and the run's sinks talk to)."""
+    faults and collective semantics (set per host below), its burn-in, its admission, its Slurm (which only
+    the burn-in's launcher and the run's sinks talk to), its watch and its BMCs (which no play reads: they are
+    reached when a host hangs or the watch's ladder power-cycles one)."""
     shape = copy.deepcopy(data)
     shape["nodes"]["groups"][0]["hosts"] = None
+    shape["nodes"]["groups"][0].pop("bmc_address_start", None)
     shape["simulation"] = {"seed": data["simulation"]["seed"]}
-    for key in ("burnin", "admission", "slurm"):
+    for key in ("burnin", "admission", "slurm", "watch", "bmc"):
         shape.pop(key, None)
     return yaml.safe_dump(shape, sort_keys=True)
 

@@ -1,9 +1,11 @@
-"""The revalidation of idle nodes through a real slurmctld (issue 56, item 4): two admitted simulated nodes, the
-two partitions measured in docs/watch.md (``batch`` over ``revalidate``, preempt/partition_prio, CANCEL). A pass
-two hours after admission submits node-check to each; sim02's GPU logged Xid 79 meanwhile, so its node-check is
-CRITICAL and drains it; the next pass reads both ends (sim01 passed, sim02 failed), and reconcile quarantines sim02
-from its drain with node-check's check, as any node-check drain (then the GPU ladder's first rung, a reset, which
-the GPU that fell off the bus refuses).
+"""The revalidation of idle nodes through a real slurmctld, and a node's way back from node-check's drain (issue 56,
+items 2, 4 and 5): two admitted simulated nodes with a BMC each (the Redfish emulators), the two partitions measured
+in docs/watch.md (``batch`` over ``revalidate``, preempt/partition_prio, CANCEL). A pass two hours after admission
+submits node-check to each; sim02's GPU fell off the bus meanwhile (Xid 79, a one-off a power cycle ends), so its
+node-check is CRITICAL and drains it; the next pass reads both ends (sim01 passed, sim02 failed), reconcile
+quarantines sim02 from its drain with node-check's check, and the GPU ladder's first rung, a reset, is refused by
+the lost GPU; the pass after power-cycles it through its BMC, its own checks pass on the new boot, and it is
+returned and resumed in Slurm, every step in its history and attempts.
 (A preempted revalidation's end, no verdict, is read from this Slurm's recorded output in test_revalidate.py.)"""
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from provision.state import NodeState, StateStore
 from provision.watch.passes import one_pass
 from provision.watch.revalidate import FAILED, PASSED
 from provision.watch.revalidation import revalidation_pass
-from tests import slurmcluster
+from tests import redfish, slurmcluster
 from tests.simhelpers import provision_then_burn_in, shrink_to_four_gpus, write_spec
 
 HOSTS = ["sim01", "sim02"]
 PARTITIONS = ["PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=10",
               "PartitionName=revalidate Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1"]
 HOUR = 3600.0
+BMC_PASSWORD = "sim-bmc-7730"
 
 
 def _ended(cluster: slurmcluster.SlurmCluster, job_ids: list[str], limit_s: float = 180) -> None:
@@ -46,7 +49,8 @@ def _ended(cluster: slurmcluster.SlurmCluster, job_ids: list[str], limit_s: floa
 
 
 @pytest.mark.skipif(not slurmcluster.available(), reason=slurmcluster.MISSING)
-def test_idle_nodes_are_revalidated_and_a_critical_one_is_quarantined_with_its_check(tmp_path: Path) -> None:
+@pytest.mark.skipif(redfish.available() is not None, reason=str(redfish.available()))
+def test_idle_nodes_are_revalidated_and_a_critical_one_is_power_cycled_back_to_service(tmp_path: Path) -> None:
     slurm_dir = tmp_path / "slurm"
     spec = shrink_to_four_gpus(write_spec(tmp_path, [], hosts="sim[01-02]", stages=["preflight"]))
     data = yaml.safe_load(spec.read_text())
@@ -58,17 +62,29 @@ def test_idle_nodes_are_revalidated_and_a_critical_one_is_quarantined_with_its_c
         "every": "1h", "partition": "revalidate", "per_pass": 2, "time_limit_minutes": 5,
         "command": f'{sys.executable} -m provision sim shell {spec} "$SLURMD_NODENAME" -- env '
                    f"SLURM_CONF={slurm_dir / 'slurm.conf'} {sys.executable} -m provision node-check --drain"}}
+    # the nodes' BMCs, for the ladder's power cycle
+    data["nodes"]["groups"][0]["bmc_address_start"] = "127.0.0.1"
+    data["bmc"] = {"scheme": "http", "port": redfish.free_port("127.0.0.1"), "timeout_s": 40,
+                   "credentials": {"username": {"file": "bmc-user"}, "password": {"file": "bmc-password"}}}
+    (tmp_path / "bmc-user").write_text("admin\n")
+    (tmp_path / "bmc-password").write_text(BMC_PASSWORD + "\n")
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     state = tmp_path / ".provision" / "sim16"
     extra = "PreemptType=preempt/partition_prio\nPreemptMode=CANCEL"
-    with slurmcluster.running(slurm_dir, HOSTS, extra=extra, partitions=PARTITIONS) as cluster:
+    with slurmcluster.running(slurm_dir, HOSTS, extra=extra, partitions=PARTITIONS) as cluster, \
+            redfish.serving_spec(spec, len(HOSTS), {}):
         burned = provision_then_burn_in(spec)
         assert {row["state"] for row in burned["nodes"].values()} == {"admitted"}, burned["nodes"]
         loaded = load_spec(spec)
         identity = SpecIdentity(spec.resolve(), loaded.sha256)
         with mutating_run(state, "watch", ["watch"], spec=identity) as run:  # just admitted: nobody is due
             assert revalidation_pass(loaded, run, client_for(loaded), now=time.time()).submitted == {}
-        inject_now(node_paths(state, "sim02").root.parent, "xid", "gpu1", {"code": 79})
+        # a one-off: the GPU fell off the bus, and a power cycle brings it back (the boot's log holds no Xid)
+        inject_now(node_paths(state, "sim02").root.parent, "xid", "gpu1", {"code": 79, "after_boot": "cleared"})
+        # slurmctld flags a node NOT_RESPONDING around its pings half a minute after slurmd registered (a node not
+        # free, which a revalidation passes over): the pass below is of nodes Slurm calls plainly idle
+        cluster.wait(lambda: cluster.scontrol("-o", "show", "node").stdout.count("State=IDLE ") == len(HOSTS),
+                     "every node plainly idle", timeout_s=60)
         later = time.time() + 2 * HOUR
         with mutating_run(state, "watch", ["watch"], spec=identity) as run:
             first = revalidation_pass(loaded, run, client_for(loaded), now=later)
@@ -77,24 +93,38 @@ def test_idle_nodes_are_revalidated_and_a_critical_one_is_quarantined_with_its_c
         with mutating_run(state, "watch", ["watch"], spec=identity) as run:
             second = one_pass(loaded, run, state, now=later + 60)
         reasons = cluster.sinfo_reasons()
+        with mutating_run(state, "watch", ["watch"], spec=identity) as run:  # the next rung
+            third = one_pass(loaded, run, state, now=later + 120)
+        returned = cluster.sinfo_reasons()
+        sim02_in_slurm = cluster.scontrol("-o", "show", "node", "sim02").stdout
     assert second.revalidation is not None
     assert {end.node: end.verdict for end in second.revalidation.ended} == {"sim01": PASSED, "sim02": FAILED}
     # node-check's drain, read back; the sync at the pass's end wrote the store's reason, which the ladder's failed
     # rung left as it was
     assert reasons["sim02"].startswith("provision: node-check/xid: Xid 79"), reasons
     with StateStore(state) as store:
-        sim02, sim01 = store.node("sim02"), store.node("sim01")
-        # read back from its drain at stage node-check with the check; the same pass's ladder then takes the GPU
-        # ladder's first rung, a reset, which a GPU that fell off the bus (Xid 79) refuses: the step failed, the
-        # node stays quarantined for the next rung
-        moves = [(row["to_state"], row["stage"], row["reason"].split(":")[0]) for row in store.history("sim02")]
-        assert moves[-1] == ("quarantined", "node-check", "node-check/xid"), moves
-        episode = store.watch_episode("sim02")
-        assert episode is not None
-        attempts = [(row["step"], row["outcome"]) for row in store.attempts("sim02", episode)]
-        assert attempts == [("gpu_reset", "failed")], attempts
-        assert "GPU is lost" in store.attempts("sim02", episode)[0]["detail"]["step"]
-        assert sim02 is not None and sim02.state is NodeState.QUARANTINED, sim02
+        sim01 = store.node("sim01")
         assert sim01 is not None and sim01.state is NodeState.ADMITTED
         assert [row["verdict"] for row in store.revalidations("sim01")] == [PASSED]
         assert store.last_revalidated()["sim01"] == later
+        # read back from its drain at stage node-check with the check; the same pass's ladder then took the GPU
+        # ladder's first rung, a reset, which a GPU that fell off the bus (Xid 79) refuses: the step failed with the
+        # tool's words, and the node stayed quarantined for the next rung
+        episode = store.watch_episode("sim02")
+        assert episode is not None
+        reset = store.attempts("sim02", episode)[0]
+        assert (reset["step"], reset["outcome"]) == ("gpu_reset", "failed") and "GPU is lost" in reset["detail"]["step"]
+    # the next pass: the GPU ladder's second rung, the BMC's power cycle; the boot's log holds no Xid, the node's
+    # own checks pass, it is returned, and the sync resumes it in Slurm
+    assert [(item.node, item.step, item.outcome) for item in third.climbed] == [("sim02", "power_cycle", "returned")]
+    assert "sim02" not in returned, returned
+    assert "State=IDLE" in sim02_in_slurm and "DRAIN" not in sim02_in_slurm, sim02_in_slurm
+    with StateStore(state) as store:
+        moves = [(row["to_state"], row["stage"]) for row in store.history("sim02")]
+        assert moves[-3:] == [("quarantined", "node-check"), ("burning-in", "revalidate"), ("admitted", None)], moves
+        episode = store.watch_episode("sim02")
+        assert episode is not None
+        assert [(row["step"], row["outcome"]) for row in store.attempts("sim02", episode)] == [
+            ("gpu_reset", "failed"), ("power_cycle", "passed")]
+        cycled = store.attempts("sim02", episode)[1]["detail"]["step"]
+        assert "ForceOff" in cycled and "new boot id" in cycled, cycled
