@@ -61,10 +61,11 @@ def test_node_checks_drain_read_back_by_the_watch_becomes_ours() -> None:
     """The watch quarantined the node at node-check (issue 56): its drain is rewritten as ours, so a later
     re-admission by the watch's ladder resumes it (instead of leaving it for an administrator and reading it back
     again as a new failure). node-check's drain of a node the store still admits stays node-check's."""
+    from provision.cli.render import NODE_CHECK_DRAIN as SHOWN
     from provision.node_check.on_node import DRAIN_PREFIX
     from provision.sinks.slurm import NODE_CHECK_DRAIN
 
-    assert NODE_CHECK_DRAIN == DRAIN_PREFIX
+    assert NODE_CHECK_DRAIN == DRAIN_PREFIX == SHOWN
     drain = "provision node-check: a: xid: Xid 79 on GPU 0000:18:00: GPU has fallen off the bus."
     read = _record("a", NodeState.QUARANTINED, stage="node-check", reason="node-check/xid: Xid 79", run_id="W1")
     # the same pass climbed c's ladder a rung (a GPU reset, its Xid still logged): held at stage revalidate
