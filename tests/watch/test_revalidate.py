@@ -50,6 +50,38 @@ def test_the_idle_nodes_waiting_longest_are_due_within_the_passs_share() -> None
     assert due(["c"], last, idle={"c"}, underway=set(), now=now, every_s=7 * day, limit=5) == []
 
 
+def test_over_a_week_of_hourly_passes_every_node_is_revalidated_daily_within_the_passs_share() -> None:
+    """The schedule over a simulated week (issue 56's week, its revalidation line): 64 admitted nodes, a pass an
+    hour taking at most 4, each node due a day after its last revalidation, each busy with a user's job in a
+    third of the passes (seeded), a job ending before the next pass. Every node is revalidated every day of the
+    week, never twice within its period, never more than the pass's share at once. The fleet admitted at once is
+    due at once: the first round takes the queue's 16 passes to drain (a node's first revalidation by 40 h); the
+    longest-waiting-first order staggers the fleet after it, so no later gap exceeds its period by more than 6 h
+    (29 h measured with this seed)."""
+    import itertools
+    import random
+
+    hour, day = 3600.0, 86400.0
+    nodes = [f"n{index:02d}" for index in range(64)]
+    rng = random.Random(56)
+    last: dict[str, float] = {node: 0.0 for node in nodes}  # all admitted at the week's start
+    done: dict[str, list[float]] = {node: [] for node in nodes}
+    for step in range(1, 7 * 24 + 1):
+        now = step * hour
+        idle = {node for node in nodes if rng.random() >= 1 / 3}
+        chosen = due(nodes, last, idle=idle, underway=set(), now=now, every_s=day, limit=4)
+        assert len(chosen) <= 4 and set(chosen) <= idle
+        for node in chosen:
+            assert now - last[node] >= day, (node, now, last[node])
+            last[node] = now
+            done[node].append(now)
+    for node, times in done.items():
+        assert len(times) >= 6, (node, times)  # the first is due after a day: six or more in seven days
+        assert times[0] <= day + 16 * hour, (node, times)
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        assert max(gaps) <= day + 6 * hour, (node, gaps)
+
+
 def test_the_store_keeps_each_revalidation_until_its_end_is_read(tmp_path: Path) -> None:
     from provision.state import NodeState, StateStore
     from provision.watch.revalidate import PASSED, PREEMPTED
