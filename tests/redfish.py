@@ -8,7 +8,12 @@ SQLite file under ``$TMPDIR``, so every emulator gets its own TMPDIR.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +21,7 @@ from pathlib import Path
 import requests
 
 from provision.sim.bmc import SimulatedBmc, emulator_path, emulators, system_path
+from tests.conftest import ROOT
 
 
 def available() -> str | None:
@@ -49,14 +55,6 @@ def power_state(address: str, port: int, path: str, username: str, password: str
 def serving_spec(spec: Path, count: int, env: dict[str, str]) -> Iterator[None]:
     """``provision sim bmcs SPEC``: a BMC per simulated node of the spec, whose power the simulator applies to the
     node (Off powers the host off, On boots it), until the block ends."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import ROOT
-
     server = subprocess.Popen([sys.executable, "-m", "provision", "sim", "bmcs", str(spec)], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                               env={**os.environ, **env})

@@ -9,18 +9,14 @@ behind the spec's credentials, whose power the simulator applies to its host (Of
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests import redfish
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli
 from tests.simhelpers import write_spec
 
 pytestmark = pytest.mark.skipif(redfish.available() is not None, reason=str(redfish.available()))
@@ -55,26 +51,13 @@ def _node_history(spec: Path, node: str) -> list[dict]:
 
 def test_a_hung_host_is_power_cycled_through_its_bmc_and_provisioned(tmp_path: Path) -> None:
     spec = _spec(tmp_path, hosts="sim02")  # the hung host alone: the next test has a bystander carry on beside it
-    server = subprocess.Popen([sys.executable, "-m", "provision", "sim", "bmcs", str(spec)], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                              env={**os.environ, "TEST_BMC_USERNAME": USER})
-    try:
-        deadline, lines = time.monotonic() + 60, []
-        while time.monotonic() < deadline:
-            line = server.stdout.readline() if server.stdout else ""
-            lines.append(line)
-            if "BMC(s) ready" in line or not line:
-                break
-        assert "1 BMC(s) ready" in "".join(lines), "".join(lines)
+    with redfish.serving_spec(spec, 1, {"TEST_BMC_USERNAME": USER}):
         result, nodes = _apply(spec)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert {name: node["state"] for name, node in nodes.items()} == {"sim02": "provisioned"}
         cycled = [entry for entry in _node_history(spec, "sim02") if entry["to"] == "provisioned"]
         steps = cycled[-1]["evidence"]["power_cycled"]["steps"]
         assert [step.split(":")[0] for step in steps] == ["ForceOff", "On"]
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
 
 
 def test_with_its_bmc_unreachable_a_hung_host_is_quarantined_with_both_facts(tmp_path: Path) -> None:

@@ -19,6 +19,16 @@ from tests.simhelpers import SimHost, bring_up
 PINNED = "535.183.01"
 
 
+def _reset_through_a_session(spec: Path, state: Path) -> tuple[bool, str]:
+    """The rung's reset as the watch does it: through the controller's session to the spec's one node."""
+    loaded = load_spec(spec)
+    session = open_session(loaded, loaded.nodes[0], state)
+    try:
+        return reset_gpus(session)
+    finally:
+        session.close()
+
+
 @pytest.fixture()
 def host(tmp_path: Path) -> tuple[SimHost, Path]:
     state, _ = bring_up(tmp_path, [], hosts="sim01")
@@ -51,12 +61,7 @@ def test_the_tool_refuses_a_held_gpu_and_resets_a_free_one(host: tuple[SimHost, 
 def test_the_rung_resets_every_gpu_around_the_daemon_and_starts_it_again(host: tuple[SimHost, Path],
                                                                         tmp_path: Path) -> None:
     simulated, state = host
-    loaded = load_spec(tmp_path / "spec.yaml")
-    session = open_session(loaded, loaded.nodes[0], state)
-    try:
-        ok, said = reset_gpus(session)
-    finally:
-        session.close()
+    ok, said = _reset_through_a_session(tmp_path / "spec.yaml", state)
     assert ok, said
     assert said.count("was successfully reset.") == len(simulated.run("nvidia-smi", "-L").stdout.splitlines())
     assert simulated.run("systemctl", "is-active", PERSISTENCE_UNIT).stdout.strip() == "active"
@@ -76,12 +81,7 @@ def test_a_gpu_fallen_off_the_bus_is_lost_to_the_reset_until_the_host_reboots(ho
     assert lost.stdout.startswith("Unable to determine the device handle for GPU 0000:")
     assert lost.stdout.strip().endswith(": GPU is lost. Reboot the system to recover this GPU"), lost.stdout
     assert simulated.run("nvidia-smi", "-r", "-i", "2").returncode == 0, "only the lost GPU"
-    loaded = load_spec(tmp_path / "spec.yaml")
-    session = open_session(loaded, loaded.nodes[0], state)
-    try:
-        ok, said = reset_gpus(session)
-    finally:
-        session.close()
+    ok, said = _reset_through_a_session(tmp_path / "spec.yaml", state)
     assert not ok and "GPU is lost" in said, said
     simulated.run("reboot", check=False)
     simulated.run("modprobe", "nvidia")
