@@ -294,15 +294,14 @@ def select_targets(loaded: LoadedSpec, limit: str | None) -> list[ResolvedNode]:
     return [node for node in loaded.nodes if node.name in chosen]
 
 
-def refuse_unbuilt(loaded: LoadedSpec, targets: list[ResolvedNode], phases: list[Phase]) -> None:
-    """NVL72 compute trays are described, validated and provisioned (their IMEX role; ``--phases`` up to
-    ``provision``), but nothing may yet burn them in: the NVLink domain's collectives stage and a degraded domain's
-    admission are not built, and a tray passed on an HGX host's stages would be admitted unjudged (issue 53)."""
+def refuse_unjudged_trays(loaded: LoadedSpec, targets: list[ResolvedNode], phases: list[Phase]) -> None:
+    """NVL72 compute trays are burned in as racks: without the ``nvlink_domain`` stage in ``burnin.stages`` a tray
+    passed on an HGX host's stages would be admitted with its NVLink domain never measured (issue 53)."""
     trays = [node.name for node in targets if loaded.spec.hardware[node.hardware].platform == "nvl72"]
-    if trays and any(phase.name == "burnin" for phase in phases):
-        raise UsageProblem(f"{hostlist.compress(trays)}: NVL72 compute trays cannot be burned in yet (the NVLink "
-                           "domain's collectives and a degraded domain's admission are not built; docs/blackwell.md); "
-                           "--phases simulate,register,provision provisions them, --limit the other hosts")
+    if trays and any(phase.name == "burnin" for phase in phases) \
+            and "nvlink_domain" not in loaded.spec.burnin.stages:
+        raise UsageProblem(f"{hostlist.compress(trays)}: NVL72 compute trays are burned in with their NVLink domain: "
+                           "add nvlink_domain to burnin.stages (after pairs; docs/blackwell.md)")
 
 
 @dataclass
@@ -333,7 +332,7 @@ def apply(
     """Run the selected phases against the spec inside one mutating run (``command`` names the run)."""
     chosen = select_phases(phases)
     targets = select_targets(loaded, limit)
-    refuse_unbuilt(loaded, targets, chosen)
+    refuse_unjudged_trays(loaded, targets, chosen)
     secrets = _secrets_for(loaded, chosen)  # before anything changes: a missing secret is a usage error
     identity = SpecIdentity(loaded.path.resolve(), loaded.sha256)
     with mutating_run(state_dir, command, argv, spec=identity, wait_lock_s=wait_lock_s) as active:
@@ -382,7 +381,7 @@ def plan(loaded: LoadedSpec, state_dir: Path, *, limit: str | None = None,
     names the nodes provisioning would hand it, so ``plan`` names exactly the nodes ``apply`` takes."""
     chosen = select_phases(phases)
     targets = select_targets(loaded, limit)  # the same usage errors as apply
-    refuse_unbuilt(loaded, targets, chosen)
+    refuse_unjudged_trays(loaded, targets, chosen)
     store = StateStore.open_readonly(state_dir)
     try:
         projection = Projection(store, state_dir)

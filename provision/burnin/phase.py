@@ -23,12 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from provision.burnin import collectives, dcgm, node_stage, pairs, records, soak, training
+from provision.burnin import collectives, dcgm, domains, node_stage, pairs, records, soak, training
 from provision.burnin.launch import free_port, run_seed
 from provision.burnin.preflight import check_runtimes, run_preflight
 from provision.burnin.verdict import NodeVerdict
 from provision.fleet import baselines, history
 from provision.fleet.capacity import capacity
+from provision.fleet.domains import held_trays
 from provision.hosts import remote as observe
 from provision.run.phases import PhaseContext, PhaseReport, PlannedStore, SystemicFailure
 from provision.sinks import slurm
@@ -114,6 +115,11 @@ def _collectives(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeV
     return verdicts
 
 
+def _nvlink_domain(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
+    return domains.run_domain_stage(context.loaded, nodes, context.store.state_dir, port=free_port(_seed(context) + 2),
+                                    evidence_dir=context.run.path / "workers" / "nvlink-domains")
+
+
 def _training(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerdict]:
     try:
         verdicts = training.run_training_stage(context.loaded, nodes, context.store.state_dir, seed=_seed(context),
@@ -126,15 +132,33 @@ def _training(context: PhaseContext, nodes: list[ResolvedNode]) -> list[NodeVerd
 
 #: Stage name -> runner; the spec's stage names (``provision.spec.model.BURNIN_STAGES``) are all here.
 STAGES: dict[str, StageRunner] = {"preflight": _preflight, "node": _node, "dcgm": _dcgm, "pairs": _pairs,
-                                  "collectives": _collectives, "training": _training, "soak": _soak}
+                                  "nvlink_domain": _nvlink_domain, "collectives": _collectives,
+                                  "training": _training, "soak": _soak}
 
 
 #: Stages that start no worker of ours on the nodes, so need no runtime there (DCGM's diagnostic is DCGM's).
 WITHOUT_WORKERS = {"preflight", "dcgm"}
 #: Stages that measure a node against others: a few nodes burning in alone (back from repair) run them beside
 #: admitted partners, up to this many nodes in all (a pair needs a partner; a straggler, a fleet of three).
-WITH_PARTNERS = {"pairs", "collectives", "training"}
+WITH_PARTNERS = {"pairs", "nvlink_domain", "collectives", "training"}
 PARTNERED_NODES = 4
+
+
+def domain_partners(store: StateStore, loaded: LoadedSpec, taken: list[ResolvedNode], stages: Sequence[str],
+                    idle: Callable[[list[str]], list[str]] | None = None) -> list[ResolvedNode]:
+    """The admitted trays of the NVLink domains the burn-in's trays belong to: a tray back from repair is measured
+    in its own domain, beside the trays that stayed, which are judged by nobody (their state does not change)."""
+    if "nvlink_domain" not in stages:
+        return []
+    names = {node.name for node in taken}
+    wanted = {name for domain in loaded.spec.nvlink_domains if names & set(hostlist.expand(domain.hosts))
+              for name in hostlist.expand(domain.hosts)} - names
+    admitted = [node for node in loaded.nodes if node.name in wanted
+                and (record := store.node(node.name)) is not None and record.state is NodeState.ADMITTED]
+    if idle is not None:
+        free = set(idle([node.name for node in admitted]))
+        admitted = [node for node in admitted if node.name in free]
+    return admitted
 
 
 def partners_for(store: StateStore, loaded: LoadedSpec, taken: list[ResolvedNode], stages: Sequence[str],
@@ -194,6 +218,8 @@ class _Progress:
     waiting: dict[str, str] = field(default_factory=dict)
     measured: dict[str, dict[str, list[tuple[str, float]]]] = field(default_factory=dict)
     demonstrated: str = ""
+    #: tray -> why its NVLink domain's policy keeps it out although it passed every stage
+    held: dict[str, str] = field(default_factory=dict)
 
 
 class BurninPhase:
@@ -219,6 +245,7 @@ class BurninPhase:
         on_slurm = loaded.spec.burnin.launcher == "slurm"
         idle = (lambda names: slurm.idle_nodes(loaded, names)) if on_slurm else None
         partners = partners_for(store, loaded, taken, stages, idle=idle)
+        partners += [node for node in domain_partners(store, loaded, taken, stages, idle=idle) if node not in partners]
         window = (slurm.burnin_window(loaded, store, run.id, [node.name for node in taken + partners])
                   if on_slurm else contextlib.nullcontext())
         # one SSH connection per host for every stage of the campaign (observe.shared_sessions)
@@ -242,8 +269,10 @@ class BurninPhase:
         for index, stage in enumerate(stages):
             self._stage(context, progress, stage, index, taken, start, partners)
         admitted = self._admit(context, progress, taken, stages)
-        if progress.waiting:
-            waiting = [node for node in taken if node.name in progress.waiting]
+        # a tray waiting on its domain's finding (slow with no tray to blame) waits on the rack, not on partners
+        if any(progress.verdicts[name].stage != "nvlink_domain" for name in progress.waiting):
+            waiting = [node for node in taken if node.name in progress.waiting
+                       and progress.verdicts[node.name].stage != "nvlink_domain"]
             lent = partners_for(store, loaded, waiting, stages, idle=idle)
             run.event("burnin.waiting", nodes=sorted(progress.waiting), partners=[node.name for node in lent])
             if lent:  # a second chance in this campaign, beside partners it has just admitted
@@ -330,14 +359,25 @@ class BurninPhase:
     @staticmethod
     def _admit(context: PhaseContext, progress: _Progress, nodes: list[ResolvedNode],
                stages: Sequence[str]) -> list[str]:
-        """The ``nodes`` that passed every stage of the campaign, admitted."""
+        """The ``nodes`` that passed every stage of the campaign, admitted; a tray whose NVLink domain is not whole
+        only as its domain's policy allows (:func:`held_trays`), else held in burning-in
+        with the reason."""
+        store = context.store
+        passed = [node.name for node in nodes if node.name not in progress.failed
+                  and node.name not in progress.waiting and set(stages) <= progress.passed.get(node.name, set())]
+        states = {record.name: record.state.value for record in store.nodes()}
+        held = held_trays(context.loaded, states, passed)
         admitted = []
-        for node in nodes:
-            if (node.name not in progress.failed and node.name not in progress.waiting
-                    and set(stages) <= progress.passed.get(node.name, set())):
-                context.store.transition(node.name, NodeState.ADMITTED, run_id=context.run.id, stage=None,
-                                         evidence={"campaign": progress.campaign, "stages": list(stages)})
-                admitted.append(node.name)
+        for name in passed:
+            if name in held:
+                progress.held[name] = held[name]
+                store.transition(name, NodeState.BURNING_IN, run_id=context.run.id, stage="nvlink_domain",
+                                 reason=f"nvlink_domain: held with its domain: {held[name]}")
+                context.run.event("burnin.domain_held", node=name, reason=held[name])
+                continue
+            store.transition(name, NodeState.ADMITTED, run_id=context.run.id, stage=None,
+                             evidence={"campaign": progress.campaign, "stages": list(stages)})
+            admitted.append(name)
         return admitted
 
     def _conclude(self, context: PhaseContext, progress: _Progress, taken: list[ResolvedNode],
@@ -352,10 +392,17 @@ class BurninPhase:
         if failed:
             summary += f"; {len(failed)} quarantined: " + "; ".join(
                 f"{name}: {verdicts[name].reason}" for name in sorted(failed))
-        if progress.waiting:
-            summary += (f"; {len(progress.waiting)} not judged, waiting in burning-in for admitted partners "
+        on_domain = {name: why for name, why in progress.waiting.items()
+                     if progress.verdicts[name].stage == "nvlink_domain"}
+        on_partners = {name: why for name, why in progress.waiting.items() if name not in on_domain}
+        if on_partners:
+            summary += (f"; {len(on_partners)} not judged, waiting in burning-in for admitted partners "
                         "(the next apply takes them): " + "; ".join(
-                            f"{name}: {why}" for name, why in sorted(progress.waiting.items())))
+                            f"{name}: {why}" for name, why in sorted(on_partners.items())))
+        if on_domain or progress.held:
+            summary += (f"; {len(on_domain) + len(progress.held)} held in burning-in with their NVLink domain, "
+                        "none quarantined for it: " + "; ".join(
+                            f"{name}: {why}" for name, why in sorted({**on_domain, **progress.held}.items())))
         in_spec = [record for record in store.nodes() if record.in_spec]
         enough = capacity(len(in_spec), sum(1 for record in in_spec if record.state is NodeState.ADMITTED),
                           loaded.spec.admission.spare_fraction)
@@ -373,6 +420,7 @@ class BurninPhase:
         return PhaseReport(self.name, summary, {"nodes": [node.name for node in taken],
                                                 "admitted": admitted, "quarantined": sorted(failed),
                                                 "waiting": dict(sorted(progress.waiting.items())),
+                                                "held": dict(sorted(progress.held.items())),
                                                 "skipped": skipped, "campaign": campaign, "resumed": resumed,
                                                 "fabric_findings": cables, "capacity": enough.as_dict(),
                                                 "acceptance": progress.demonstrated, "baseline_samples_kept": kept,

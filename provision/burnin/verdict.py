@@ -39,8 +39,9 @@ class NodeVerdict:
 
     @property
     def reason(self) -> str:
-        if self.waiting:
-            return f"{self.stage}: waits for partners: {self.waiting}"
+        if self.waiting:  # the domain stage's trays wait on their rack (its finding, or its other trays)
+            on = "waits on its NVLink domain" if self.stage == "nvlink_domain" else "waits for partners"
+            return f"{self.stage}: {on}: {self.waiting}"
         if not self.blockers:
             return ""
         first = self.blockers[0]

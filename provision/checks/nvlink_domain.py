@@ -125,10 +125,15 @@ def judge_platform(gpus: list[GpuFabric], place: TrayPlace) -> CheckResult:
                    "check the tray's rack and slot against the delivery's cabling plan, or correct the spec")
 
 
-def judge_imex(status: str, domain: ImexDomain, peers: list[str], driver_version: str) -> CheckResult:
+def judge_imex(status: str, domain: ImexDomain, peers: list[str], driver_version: str, own: str = "") -> CheckResult:
     """IMEX serving the domain: ``-q`` says READY; ``-N`` lists exactly the spec's trays (``peers``), each READY,
-    at this tray's driver version, every pair connected (``C``), and ``Domain State: UP``."""
-    problems = []
+    at this tray's driver version, every pair connected (``C``), and ``Domain State: UP``.
+
+    ``own``: this tray's address. A peer that is not READY, its pairs and the domain state it brings down are that
+    peer's finding (its own ``imex`` check fails it), named here and not held against this tray: a tray fails only
+    on its own measurements, so one tray's daemon exiting does not quarantine its rack."""
+    problems: list[str] = []
+    noted: list[str] = []
     if status != "READY":
         problems.append(f"nvidia-imex-ctl -q: {status}")
     listed = {node.address: node for node in domain.nodes}
@@ -138,9 +143,12 @@ def judge_imex(status: str, domain: ImexDomain, peers: list[str], driver_version
         problems.append(f"IMEX does not list {', '.join(missing)} (nodes_config.cfg differs from the spec?)")
     if extra:
         problems.append(f"IMEX lists {', '.join(extra)}, which the spec does not put in this domain")
+    down = {node.address for node in domain.nodes if node.state != "READY" and own and node.address != own}
     for node in domain.nodes:
         if node.state != "READY":
-            problems.append(f"IMEX node #{node.index} {node.address}: {node.state}")
+            (noted if node.address in down else problems).append(
+                f"IMEX node #{node.index} {node.address}: {node.state}"
+                + (" (that tray's own imex check fails it)" if node.address in down else ""))
         if driver_version and node.version and node.version != driver_version:
             problems.append(f"IMEX node #{node.index} {node.address} at {node.version}, this tray's driver is "
                             f"{driver_version}")
@@ -148,13 +156,19 @@ def judge_imex(status: str, domain: ImexDomain, peers: list[str], driver_version
     for source, row in sorted(domain.matrix.items()):
         for target, cell in sorted(row.items()):
             if cell != "C":
-                problems.append(f"IMEX {by_index.get(source, source)} -> {by_index.get(target, target)}: "
-                                f"{CONNECTION_STATES.get(cell, cell)}")
+                pair = (by_index.get(source, source), by_index.get(target, target))
+                line = f"IMEX {pair[0]} -> {pair[1]}: {CONNECTION_STATES.get(cell, cell)}"
+                (noted if down & set(pair) else problems).append(line)
     if domain.domain_state != "UP":
-        problems.append(f"IMEX domain state {domain.domain_state}")
-    return _result("imex", problems, f"IMEX READY, {len(domain.nodes)} trays connected, domain UP",
-                   "restart nvidia-imex on the trays named; make nodes_config.cfg identical on every tray of the "
-                   "domain; check the driver version on each")
+        (noted if down else problems).append(f"IMEX domain state {domain.domain_state}")
+    if problems:
+        return CheckResult("imex", Outcome.FAILED, problems[0], "restart nvidia-imex on the trays named; make "
+                           "nodes_config.cfg identical on every tray of the domain; check the driver version on each",
+                           problems + noted)
+    if noted:
+        return CheckResult("imex", Outcome.OK, f"IMEX READY here; {len(down)} peer(s) not serving: "
+                           f"{', '.join(sorted(down))} (their own imex check)", "", noted)
+    return CheckResult("imex", Outcome.OK, f"IMEX READY, {len(domain.nodes)} trays connected, domain UP")
 
 
 @dataclass(frozen=True)

@@ -813,7 +813,9 @@ def _imex_serving(gathered: Gathered, expect: Expectations) -> CheckResult:
     status = _parse(gathered, imex.IMEX_STATUS)
     domain = _parse(gathered, imex.IMEX_NODES)
     driver = ".".join(expect.driver.split(".")[:2])  # -N prints a node's version as 570.172
-    return nvlink_domain.judge_imex(status, domain, list(expect.imex_peers), driver)
+    peers = list(expect.imex_peers)
+    own = peers[expect.tray_index - 1] if 0 < expect.tray_index <= len(peers) else ""
+    return nvlink_domain.judge_imex(status, domain, peers, driver, own)
 
 
 def _imex_peers(gathered: Gathered, expect: Expectations) -> CheckResult:

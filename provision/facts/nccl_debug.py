@@ -50,3 +50,95 @@ def parse_nccl_debug(text: str) -> NcclTransport:
             elif channel["net"] == "Socket":
                 found.channels_socket += 1
     return found
+
+
+# --- An NVLink domain's communicator, as NCCL built it (GB200/GB300 NVL72, issue 53) -------------------------------
+#
+# The lines, as NCCL 2.19-2.27 print them at INFO (NCCL_DEBUG_SUBSYS INIT), and where they are seen in the wild:
+#   ``comm 0x55b99fe024c0 rank 1 nRanks 2 nNodes 1 localRanks 2 localRank 1 MNNVL 0`` (src/init.cc): ``MNNVL 1``
+#   and ``nNodes 1`` across trays say NCCL fused the domain's trays into one NVLink node.
+#   ``MNNVL busId 0x901000 fabric UUID 3143b15bc2cd192b.28cc9b5473fb5b93 cliqueId 0x7ffe state 3 healthMask 0xaa``
+#   (a GB200 tray, NVIDIA/nccl#1769): the GPU's fabric registration as NVML gives it; ``fabric UUID 0.0
+#   cliqueId 0x0`` a GPU in no partition (NVIDIA/nccl#1301: clique id and cluster UUID together name the clique).
+#   ``NVLS multicast support is available on dev 0 (NVLS_NCHANNELS 24)``, ``... is not available on dev 2
+#   (NVLS_NCHANNELS 0)`` and, in 2.27, ``... is available on dev 0, transport enabled, symmetric multimem ...``.
+_COMM = re.compile(r"^comm 0x[0-9a-f]+ rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
+                   r"localRanks (?P<local>\d+) localRank \d+ MNNVL (?P<mnnvl>\d+)")
+_MNNVL = re.compile(r"^MNNVL busId (?P<bus>0x[0-9a-f]+) fabric UUID (?P<uuid>[0-9a-f]+\.[0-9a-f]+) cliqueId "
+                    r"(?P<clique>0x[0-9a-f]+) state (?P<state>\d+) healthMask (?P<mask>0x[0-9a-f]+)")
+_NVLS = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<dev>\d+)"
+                   r"(?: \(NVLS_NCHANNELS (?P<channels>\d+)\))?(?:, transport (?P<transport>enabled|disabled))?")
+
+#: NVML's fabric health mask (nvml.h ``NVML_GPU_FABRIC_HEALTH_MASK_*``): two bits a field at these shifts, where 1
+#: is TRUE (the trouble is there), 2 FALSE and 0 not supported. A healthy GB200 GPU prints 0xaa (every field FALSE).
+FABRIC_HEALTH_FIELDS = {0: "degraded bandwidth", 2: "route recovery in progress", 4: "route unhealthy",
+                        6: "access timeout recovery"}
+#: NVML_GPU_FABRIC_STATE_COMPLETED: the GPU's registration with the NVLink fabric is done.
+FABRIC_STATE_COMPLETED = 3
+
+
+@dataclass(frozen=True)
+class MnnvlGpu:
+    """One GPU's fabric registration as NCCL read it from NVML."""
+
+    bus_id: str
+    fabric_uuid: str
+    clique_id: int
+    state: int
+    health_mask: int
+
+    @property
+    def in_partition(self) -> bool:
+        return self.state == FABRIC_STATE_COMPLETED and self.clique_id != 0 and self.fabric_uuid != "0.0"
+
+    @property
+    def troubles(self) -> list[str]:
+        """The health fields NVML says are TRUE."""
+        return [name for shift, name in FABRIC_HEALTH_FIELDS.items() if (self.health_mask >> shift) & 0x3 == 1]
+
+
+@dataclass
+class NcclDomain:
+    """What NCCL said of the communicators one node's ranks built: whether the domain's trays were fused into one
+    NVLink node (MNNVL), each GPU's fabric registration, and whether NVLS (NVLink SHARP) was on."""
+
+    comms: list[dict[str, int]] = field(default_factory=list)  # rank, nranks, nnodes, local, mnnvl
+    gpus: list[MnnvlGpu] = field(default_factory=list)
+    nvls_available: list[bool] = field(default_factory=list)  # one per dev line
+    nvls_channels: list[int] = field(default_factory=list)
+    lines: int = 0
+
+    @property
+    def mnnvl(self) -> bool | None:
+        """True when every communicator line says MNNVL 1; None when NCCL printed none."""
+        return all(comm["mnnvl"] == 1 for comm in self.comms) if self.comms else None
+
+    @property
+    def nvls(self) -> bool | None:
+        """NVLS on: every dev line says available (and any channel count given is above 0); None: no line."""
+        if not self.nvls_available:
+            return None
+        return all(self.nvls_available) and all(channels > 0 for channels in self.nvls_channels)
+
+
+def parse_nccl_domain(text: str) -> NcclDomain:
+    """The NVLink domain's lines of one node's NCCL_DEBUG=INFO output (see the formats above)."""
+    found = NcclDomain()
+    for line in text.splitlines():
+        info = _INFO.search(line)
+        if not info:
+            continue
+        message = info["message"].strip()
+        if comm := _COMM.match(message):
+            found.lines += 1
+            found.comms.append({key: int(comm[key]) for key in ("rank", "nranks", "nnodes", "local", "mnnvl")})
+        elif gpu := _MNNVL.match(message):
+            found.lines += 1
+            found.gpus.append(MnnvlGpu(gpu["bus"], gpu["uuid"], int(gpu["clique"], 16), int(gpu["state"]),
+                                       int(gpu["mask"], 16)))
+        elif nvls := _NVLS.match(message):
+            found.lines += 1
+            found.nvls_available.append(not nvls["not"] and nvls["transport"] != "disabled")
+            if nvls["channels"] is not None:
+                found.nvls_channels.append(int(nvls["channels"]))
+    return found

@@ -68,3 +68,31 @@ def standings(loaded: LoadedSpec, states: Mapping[str, str] | None) -> list[Doma
                                         DEGRADED, f"degraded: {len(admitted)} of {len(trays)} trays admitted, a "
                                         f"domain of {len(admitted) * per_tray} GPUs"))
     return found
+
+
+def held_trays(loaded: LoadedSpec, states: Mapping[str, str], passing: list[str]) -> dict[str, str]:
+    """Which of the trays that have just passed every stage (``passing``) their domain's policy keeps out, and why:
+    a domain is whole when each of its trays is admitted or passing; ``hold`` admits none of a domain that is not,
+    ``shrink`` admits the passing trays when with the admitted ones at least ``min_trays`` remain (default 1)."""
+    chosen = set(passing)
+    held = {}
+    for domain in loaded.spec.nvlink_domains:
+        trays = expand(domain.hosts)
+        mine = [tray for tray in trays if tray in chosen]
+        if not mine:
+            continue
+        usable = [tray for tray in trays if tray in chosen or states.get(tray) == "admitted"]
+        if len(usable) == len(trays):
+            continue
+        missing = [tray for tray in trays if tray not in usable]
+        out = ", ".join(f"{tray} ({states.get(tray, 'unknown')})" for tray in missing)
+        if domain.on_tray_failure == "hold":
+            why = (f"domain {domain.name} is not whole ({len(usable)} of {len(trays)} trays; not: {out}) and its "
+                   "policy on_tray_failure: hold keeps it out until it is")
+        elif len(usable) < (domain.min_trays or 1):
+            why = (f"domain {domain.name} would shrink to {len(usable)} trays (not: {out}), under its min_trays "
+                   f"{domain.min_trays}")
+        else:
+            continue
+        held.update(dict.fromkeys(mine, why))
+    return held

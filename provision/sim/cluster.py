@@ -30,7 +30,7 @@ from provision.sim.node import materialize_shared
 from provision.sim.tools.__main__ import GUARDED, TOOLS
 from provision.sim.ufm import HISTORY_FAULTS, write_history
 from provision.spec import LoadedSpec
-from provision.spec.faults import CATALOG, resolve_params
+from provision.spec.faults import CATALOG, DOMAIN_FAULTS, resolve_params
 from provision.state.layout import sim_dir as sim_dir
 
 MANIFEST = "cluster.json"
@@ -104,6 +104,12 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     hosts: dict[str, list[str]] = {"added": [], "rebuilt": [], "kept": [], "removed": []}
     lid = 0x10
     places = nvl72.tray_places(loaded, seed)
+    for fault in faults:  # a rack's shared hardware (a switch tray) acts on every tray of the domain
+        if fault["kind"] in DOMAIN_FAULTS and fault["node"] in places:
+            domain = places[fault["node"]]["domain"]
+            for tray, place in places.items():
+                if place["domain"] == domain and tray != fault["node"]:
+                    by_node.setdefault(tray, []).append(fault)
     for node in loaded.nodes:
         hardware = describe(node.name, loaded.spec.hardware[node.hardware], seed)
         link_rate = loaded.spec.fabric.link_rate

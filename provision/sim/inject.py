@@ -311,6 +311,14 @@ def foreign_partition(node: NodeContext, params: dict[str, Any], target: str | N
         gpu["fabric"].update(cluster_uuid=cluster_uuid, clique_id=clique_id)
 
 
+def degraded_switch_tray(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """Every GPU of the tray reaches the rack's NVLink through the degraded switch tray: each rank's collectives
+    complete at ``factor`` of their speed, on the wire (no rank a straggler: the whole domain alike)."""
+    faults = node.state.setdefault("rank_faults", [])
+    for gpu in range(len(node.hardware.gpus)):
+        faults.append({"kind": "degraded_switch_tray", "local_rank": gpu, "factor": params["factor"]})
+
+
 def imex_down(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     node.state.setdefault("units_crash_after_start", []).append("nvidia-imex")
 
@@ -333,5 +341,5 @@ INJECTORS: dict[str, Injector] = {
     "thermal_throttle_after": thermal_throttle_after, "symbol_errors_growing": symbol_errors_growing,
     "clock_sag": clock_sag,
     "fabric_insufficient_resources": fabric_insufficient_resources, "fabric_unhealthy": fabric_unhealthy,
-    "foreign_partition": foreign_partition, "imex_down": imex_down,
+    "foreign_partition": foreign_partition, "imex_down": imex_down, "degraded_switch_tray": degraded_switch_tray,
 }

@@ -37,6 +37,10 @@ class FaultKind:
     platforms: tuple[str, ...] = ("hgx", "nvl72")
 
 
+#: Faults of a rack's shared hardware, named by one tray: the simulator gives them to every tray of its domain.
+DOMAIN_FAULTS = ("degraded_switch_tray",)
+
+
 _GPU, _HCA = "gpu", "hca"
 CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("acs_enabled", "node", "bridge", "provision", "pcie_acs",
@@ -192,6 +196,11 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               "the tray is cabled into another rack's NVLink partition: every GPU shows that partition's ClusterUUID "
               "and CliqueId, unlike the rest of its domain; the domain check names it as another rack's",
               platforms=("nvl72",)),
+    FaultKind("degraded_switch_tray", "rank", "node", "nvlink_domain", "domain_busbw",
+              "an NVLink switch tray of the node's rack runs degraded (a failed NVSwitch ASIC, a bad spine "
+              "cartridge): every collective over the rack's NVLink runs at factor of its speed on every tray of the "
+              "domain alike; the nvlink_domain stage finds the domain slow with no tray to blame, quarantines none "
+              "and holds the domain's trays", {"factor": Param(float, 0.2, 0.01, 0.9)}, platforms=("nvl72",)),
     FaultKind("imex_down", "node", "node", "preflight", "imex",
               "the tray's IMEX daemon exits once started (systemctl says nothing, the unit ends failed): its own "
               "status is not READY and every peer's domain view lists it unavailable; preflight's IMEX check fails "

@@ -21,7 +21,8 @@ from provision.catalog import GPU_MODELS
 from topology.design import LINK_RATES_GBPS
 
 #: The stages of the burn-in, cheapest first; the spec's ``burnin.stages`` are written in this order.
-BURNIN_STAGES = ("preflight", "node", "dcgm", "pairs", "collectives", "training", "soak")
+#: ``nvlink_domain``: each GB200/GB300 NVLink domain's trays together (MNNVL), before the world over InfiniBand.
+BURNIN_STAGES = ("preflight", "node", "dcgm", "pairs", "nvlink_domain", "collectives", "training", "soak")
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=63)]
 EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -376,6 +377,7 @@ class Thresholds(Strict):
     rail_busbw_gbps: Annotated[float, Field(gt=0)] | None = None
     world_busbw_gbps: Annotated[float, Field(gt=0)] | None = None
     rail_peer_fraction: Fraction01 | None = None
+    domain_busbw_fraction: Fraction01 | None = None
     outlier_mad: Annotated[float, Field(gt=0, le=50)] | None = None
     flaps_per_24h: Annotated[int, Field(ge=1)] | None = None
     disk_usage_percent: Percent | None = None
@@ -416,7 +418,7 @@ class Workload(Strict):
     checkpoint_dir: Annotated[str, StringConstraints(pattern=r"^/\S*$")] = "/tmp/provision-burnin-checkpoints"
 
 
-Stage = Literal["preflight", "node", "dcgm", "pairs", "collectives", "training", "soak"]
+Stage = Literal["preflight", "node", "dcgm", "pairs", "nvlink_domain", "collectives", "training", "soak"]
 #: DCGM's diagnostic tests by plugin name (DCGM 4's names; 3.x display names map onto them): the levels' tests
 #: and the optional ones a level 3 runs where their packages are installed.
 DcgmTest = Literal["software", "pcie", "memory", "diagnostic", "targeted_stress", "targeted_power",

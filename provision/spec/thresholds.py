@@ -26,6 +26,9 @@ DEFAULT_RAIL_BUSBW_FRACTION = 0.80  # nccl-tests: below 80% of the link at large
 #: Rails of one fabric measured together agree within a few percent on GPUs; a port trained or retrying down to
 #: half its rate gives 0.5. 0.7 leaves room for the noise of CPU workers sharing cores (the simulated cluster).
 DEFAULT_RAIL_PEER_FRACTION = 0.70
+#: An NVLink domain's all_reduce against its published figure: NVIDIA's cluster validation floors an NVL72's NVLS
+#: all_reduce at 630 GB/s, 0.75 of the 839 a 72-GPU domain measures (catalog.DOMAIN_ALLREDUCE_BUSBW).
+DEFAULT_DOMAIN_BUSBW_FRACTION = 0.75
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ def effective_thresholds(
         "rail_peer_fraction": Threshold(
             DEFAULT_RAIL_PEER_FRACTION, "a rail below this share of the median of the node's other rails, measured "
             "in the same launch, is slow (judged on any device)"),
+        "domain_busbw_fraction": Threshold(
+            DEFAULT_DOMAIN_BUSBW_FRACTION, "an NVLink domain's all_reduce below this share of the published figure "
+            "for its size is slow (NVIDIA's validation floor: 630 of 839 GB/s; judged on GPUs)"),
         "outlier_mad": Threshold(5.0, "robust z-score (median/MAD) against the fleet, per rail and leaf"),
         "disk_usage_percent": Threshold(95.0, "cluster-health: any filesystem at 95% is an error"),
         "gpu_temperature_c": Threshold(84.0, "gcm example limit; throttling starts near 84-90 C"),

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from provision.checks.domain_collectives import judge_domain_collectives
 from provision.checks.nvlink_domain import (
     TrayPlace,
     judge_domain_membership,
@@ -25,11 +26,13 @@ from provision.checks.nvlink_domain import (
 )
 from provision.checks.outcome import Outcome
 from provision.facts import imex, kernel_log, nccl_tests, nvidia_smi, packages
+from provision.facts.nccl_debug import NcclDomain, parse_nccl_domain
 from provision.facts.registry import FACTS
 from tests.conftest import SHARED_FIXTURES
 
 pytestmark = pytest.mark.fast
 CASES = Path(__file__).parents[1] / "facts"
+DATA = Path(__file__).parents[1] / "data"
 BLACKWELL = SHARED_FIXTURES / "blackwell"
 needs_blackwell = pytest.mark.skipif(not BLACKWELL.is_dir(), reason="../shared/fixtures/blackwell absent in this clone")
 
@@ -296,3 +299,76 @@ def test_the_catalogue_carries_the_figures_the_nvidia_smi_of_each_tray_prints() 
 
     assert GPU_MODELS["GB200-186GB"].framebuffer_mib == 189471 and GPU_MODELS["GB200-186GB"].pci_device_id == "2941"
     assert DOMAIN_ALLREDUCE_BUSBW["GB200-186GB"][72] == 839.0
+
+
+def test_a_peer_that_does_not_serve_is_its_own_finding_not_this_trays() -> None:
+    """Tray #3's daemon is down: the others' -N lists it unreachable and the domain not UP. Each of the others is
+    READY and passes, naming it; tray #3 itself fails (a tray fails only on its own measurements)."""
+    domain = _parsed("imex_nodes/one_tray_not_serving")
+    peer = judge_imex("READY", domain, ADDRESSES, "580.159.04", own=ADDRESSES[0])
+    assert peer.outcome is Outcome.OK and "10.40.0.14" in peer.message, peer
+    assert "IMEX domain state DEGRADED" in peer.evidence
+    down = judge_imex("READY", domain, ADDRESSES, "580.159.04", own=ADDRESSES[3])
+    assert down.outcome is Outcome.FAILED and "UNAVAILABLE" in down.message, down
+    assert judge_imex("READY", domain, ADDRESSES, "580.159.04").outcome is Outcome.FAILED  # nobody's own: unknown who
+
+
+def _said(log: str) -> NcclDomain:
+    return parse_nccl_domain((DATA / log).read_text())
+
+
+def test_a_healthy_domain_on_gpus_passes_against_its_published_figure() -> None:
+    """72 GPUs at 839 GB/s (CoreWeave's NVL72 run, ../shared/fixtures/blackwell/nccl_tests): NVLS, MNNVL."""
+    judged = judge_domain_collectives("rack1", {1 << 30: 681.17, 4 << 30: 839.16},
+                                      {"gb001": _said("nccl_debug_mnnvl_nvls.log")}, model="GB200-186GB", gpus=72,
+                                      on_gpu=True, fraction=0.75)
+    assert not judged.slow and judged.algorithm == "MNNVL, NVLS", judged
+    assert judged.trays["gb001"].outcome is Outcome.OK
+    assert "at least 629.2 GB/s (0.75 x 839" in judged.reason
+
+
+def test_nvls_off_is_slower_not_failed_and_said() -> None:
+    judged = judge_domain_collectives("rack1", {4 << 30: 600.0}, {"gb001": _said("nccl_debug_mnnvl_nvls_off.log")},
+                                      model="GB200-186GB", gpus=72, on_gpu=True, fraction=0.75)
+    assert not judged.slow and "NVLS off (slower, not failed)" in judged.algorithm, judged
+    assert "ring all_reduce without NVLS" in judged.reason
+
+
+def test_a_slow_domain_is_the_domains_and_no_trays() -> None:
+    judged = judge_domain_collectives("rack2", {4 << 30: 310.0}, {tray: _said("nccl_debug_mnnvl_nvls.log")
+                                                                 for tray in ("gb019", "gb020")},
+                                      model="GB200-186GB", gpus=72, on_gpu=True, fraction=0.75)
+    assert judged.slow.startswith("rack2: all_reduce 310 GB/s") and "below 629.2" in judged.slow
+    assert {check.outcome for check in judged.trays.values()} == {Outcome.OK}
+
+
+@pytest.mark.parametrize("log,words", [
+    ("nccl_debug_mnnvl_gpu_out_of_partition.log", "in no NVLink partition (fabric UUID 0.0, cliqueId 0x0"),
+    ("nccl_debug_mnnvl_route_unhealthy.log", "route unhealthy"),
+    ("", "printed no NCCL"),
+])
+def test_a_trays_own_gpus_are_its_own(log: str, words: str) -> None:
+    said = {"gb001": _said("nccl_debug_mnnvl_nvls.log"), "gb002": _said(log) if log else None}
+    judged = judge_domain_collectives("rack1", {4 << 30: 839.0}, said, model="GB200-186GB", gpus=8, on_gpu=True,
+                                      fraction=0.75)
+    assert judged.trays["gb001"].outcome is Outcome.OK
+    assert judged.trays["gb002"].outcome in (Outcome.FAILED, Outcome.UNKNOWN) and words in judged.trays["gb002"].message
+
+
+def test_mnnvl_off_on_every_tray_is_the_domains() -> None:
+    said = {tray: _said("nccl_debug_mnnvl_off.log") for tray in ("gb001", "gb002")}
+    judged = judge_domain_collectives("rack1", {4 << 30: 150.0}, said, model="GB200-186GB", gpus=8, on_gpu=True,
+                                      fraction=0.75)
+    assert "MNNVL 0 everywhere" in judged.slow
+    assert {check.outcome for check in judged.trays.values()} == {Outcome.SILENCED}
+
+
+def test_cpu_workers_are_judged_against_the_other_domains() -> None:
+    said: dict[str, NcclDomain | None] = {"gb004": None, "gb005": None}
+    slow = judge_domain_collectives("rack2", {1 << 20: 0.05}, said, model="GB200-186GB", gpus=8, on_gpu=False,
+                                    fraction=0.75, peers_gbps=[0.3], peer_fraction=0.4)
+    assert slow.slow and "the best other domain" in slow.slow
+    alone = judge_domain_collectives("rack2", {1 << 20: 0.05}, said, model="GB200-186GB", gpus=8, on_gpu=False,
+                                     fraction=0.75)
+    assert not alone.slow and "recorded" in alone.reason
+    assert {check.outcome for check in alone.trays.values()} == {Outcome.SILENCED}

@@ -135,12 +135,12 @@ def test_a_tray_in_another_racks_partition_is_named_by_the_domain_check(rack: di
     assert rack1[0].cluster_uuid != trays["gb004"][0].cluster_uuid  # each rack its own partition
 
 
-def test_a_tray_whose_imex_exits_fails_and_its_peers_name_it(rack: dict) -> None:
+def test_a_tray_whose_imex_exits_fails_and_its_peers_name_it_without_failing(rack: dict) -> None:
     down = _preflight(rack, "gb006")
     assert down["imex"].outcome is Outcome.FAILED and "does not serve" in down["imex"].message
     peer = _preflight(rack, "gb004")["imex"]
     address = next(node.address for node in rack["loaded"].nodes if node.name == "gb006")
-    assert peer.outcome is Outcome.FAILED and address in peer.message
+    assert peer.outcome is Outcome.OK and address in peer.message, peer  # gb006's finding, not gb004's
     status = imex.parse_imex_nodes(rack["hosts"]["gb004"].run("nvidia-imex-ctl", "-N").stdout)
     assert status.domain_state != "UP" and [node.state == "READY" for node in status.nodes] == [True, True, False]
 

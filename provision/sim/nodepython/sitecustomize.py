@@ -282,7 +282,8 @@ def _install_collective_faults(faults: list[Fault]) -> None:
 
     stalls = [fault for fault in faults if fault["kind"] in ("rank_hang", "rank_slow")]
     corrupting = [fault for fault in faults if fault["kind"] == "collective_corruption"]
-    ports = [fault for fault in faults if fault["kind"] == "degraded_hca_port"]
+    # a degraded HCA port slows its rank's traffic; a degraded switch tray every rank of the rack's trays
+    ports = [fault for fault in faults if fault["kind"] in ("degraded_hca_port", "degraded_switch_tray")]
     if not stalls and not corrupting and not ports:
         return
     calls = {"n": 0}

@@ -1,0 +1,101 @@
+"""The nvlink_domain stage over launches of GPU workers as the agent reports them (``measurement``, ``result`` and
+``agent`` records, NCCL's INFO lines in the output: tests/data/nccl_debug_mnnvl_*.log): each domain of the trays
+in the burn-in measured apart, judged against the published figure of its size, a tray failed on its own GPUs'
+lines, a slow domain's trays held with no tray quarantined, and a tray alone in its domain waiting. The same stage
+on the simulator's CPU workers, end to end: tests/hosts/test_provisioning_trays.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.burnin.domains import run_domain_stage
+from provision.burnin.launch import LaunchResult, NodeRun
+from provision.hosts.remote import CommandResult
+from provision.spec import load_spec
+from tests.sim.test_nvl72 import tray_spec
+
+DATA = Path(__file__).parents[1] / "data"
+pytestmark = pytest.mark.fast
+
+
+class GpuLaunches:
+    """Answers each launch as GPU workers would: every rank measured the all_reduce at each size at ``busbw``
+    GB/s (a domain's own figure), its node's output NCCL's lines from ``logs`` (per tray, else the healthy one)."""
+
+    def __init__(self, busbw: dict[str, float], logs: dict[str, str] | None = None) -> None:
+        self.busbw, self.logs, self.launched = busbw, logs or {}, []
+
+    def __call__(self, loaded: Any, state_dir: Path, nodes: list[Any], *, test: str, nproc: int,
+                 params: dict[str, Any], deadline_s: float, port: int | None = None) -> LaunchResult:
+        self.launched.append((params["nvlink_domain"], [node.name for node in nodes]))
+        ranks = nproc * len(nodes)
+        gbps = self.busbw[params["nvlink_domain"]]
+        runs = []
+        for node_rank, node in enumerate(nodes):
+            records: list[dict[str, Any]] = []
+            for local in range(nproc):
+                rank = node_rank * nproc + local
+                for size in params["sizes"]:
+                    seconds = size / (gbps * ranks / (2 * (ranks - 1)) * 1e9)
+                    records += [{"type": "measurement", "rank": rank, "scope": "all", "op": "all_reduce",
+                                 "bytes": size, "ranks": ranks, "time_us": seconds * 1e6, "correct": True}
+                                for _ in range(params["iters"])]
+                records.append({"type": "result", "rank": rank, "local_rank": local, "device": f"cuda:{local}",
+                                "measurements": len(params["sizes"]) * params["iters"], "outside_s": 0.01,
+                                "calls": 10})
+            records.append({"type": "agent", "node": node.name, "node_rank": node_rank, "seconds": 2.0,
+                            "workers": {str(local): {"exit": 0, "killed": False} for local in range(nproc)},
+                            "left_alive": 0})
+            log = (DATA / self.logs.get(node.name, "nccl_debug_mnnvl_nvls.log")).read_text()
+            runs.append(NodeRun(node.name, node_rank, CommandResult(("python3",), 0, log, "", 2.0), records))
+        return LaunchResult(test, runs, nproc)
+
+
+@pytest.fixture
+def loaded(tmp_path: Path) -> Any:
+    spec = tray_spec(tmp_path, [])
+    return load_spec(spec)
+
+
+def _run(loaded: Any, tmp_path: Path, launcher: GpuLaunches, names: list[str]) -> dict[str, Any]:
+    nodes = [node for node in loaded.nodes if node.name in names]
+    return {verdict.node: verdict for verdict in run_domain_stage(loaded, nodes, tmp_path, port=24000,
+                                                                  evidence_dir=tmp_path / "ev", launcher=launcher)}
+
+
+def test_healthy_domains_pass_each_measured_apart(loaded: Any, tmp_path: Path) -> None:
+    launcher = GpuLaunches({"rack1": 900.0, "rack2": 900.0})
+    verdicts = _run(loaded, tmp_path, launcher, ["gb001", "gb002", "gb003", "gb004", "gb005", "gb006"])
+    assert launcher.launched == [("rack1", ["gb001", "gb002", "gb003"]), ("rack2", ["gb004", "gb005", "gb006"])]
+    assert all(verdict.passed for verdict in verdicts.values()), {n: v.reason for n, v in verdicts.items()}
+    checks = {result.check: result for result in verdicts["gb001"].results}
+    assert "MNNVL, NVLS" in checks["domain_busbw"].message and checks["mnnvl"].outcome.value == "ok"
+    report = json.loads((tmp_path / "ev" / "nvlink-domains.json").read_text())
+    assert report[0]["algorithm"] == "MNNVL, NVLS" and report[0]["on_gpu"] is True
+
+
+def test_a_slow_domain_holds_its_trays_and_quarantines_none(loaded: Any, tmp_path: Path) -> None:
+    verdicts = _run(loaded, tmp_path, GpuLaunches({"rack1": 900.0, "rack2": 300.0}),
+                    ["gb001", "gb002", "gb003", "gb004", "gb005", "gb006"])
+    assert {name for name, verdict in verdicts.items() if verdict.passed} == {"gb001", "gb002", "gb003"}
+    for tray in ("gb004", "gb005", "gb006"):
+        assert verdicts[tray].waiting and not verdicts[tray].failed
+        assert "its NVLink domain is slow with no tray to blame: rack2: all_reduce 300 GB/s" in verdicts[tray].reason
+
+
+def test_a_trays_own_gpu_out_of_its_partition_fails_that_tray_only(loaded: Any, tmp_path: Path) -> None:
+    launcher = GpuLaunches({"rack1": 900.0}, {"gb002": "nccl_debug_mnnvl_gpu_out_of_partition.log"})
+    verdicts = _run(loaded, tmp_path, launcher, ["gb001", "gb002", "gb003"])
+    assert verdicts["gb002"].failed and verdicts["gb002"].check == "mnnvl", verdicts["gb002"].reason
+    assert verdicts["gb001"].passed and verdicts["gb003"].passed
+
+
+def test_a_tray_alone_of_its_domain_in_the_burn_in_waits(loaded: Any, tmp_path: Path) -> None:
+    launcher = GpuLaunches({"rack1": 900.0})
+    verdicts = _run(loaded, tmp_path, launcher, ["gb001", "gb002", "gb004"])
+    assert verdicts["gb004"].waiting.startswith("the only tray of domain rack2 in this burn-in")
+    assert launcher.launched == [("rack1", ["gb001", "gb002"])]
