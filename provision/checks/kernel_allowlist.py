@@ -66,7 +66,7 @@ mlx5_ib: Mellanox Connect-IB Infiniband driver .*
 nvidia: loading out-of-tree module taints kernel\.
 nvidia: module verification failed: signature and/or required key missing - tainting kernel
 nvidia-nvlink: Nvlink Core is being initialized, major device number N
-NVRM: loading NVIDIA UNIX x86_64 Kernel Module .*
+NVRM: loading NVIDIA UNIX (x86_64 Kernel Module|Open Kernel Module for (x86_64|aarch64)) .*
 nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms .*
 \[drm\] \[nvidia-drm\] \[GPU ID HEX\] Loading driver
 \[drm\] Initialized nvidia-drm .*

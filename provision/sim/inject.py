@@ -89,7 +89,8 @@ def _boot_with_driver(node: NodeContext, version: str) -> None:
     node.state["services"].update({"nvidia-persistenced": {"enabled": True, "active": True},
                                    "nvidia-fabricmanager": {"enabled": True, "active": True}})
     write_modules(node.root, node.state["modules"], node.state.get("driver_loaded"), node.state.get("ib_stack_loaded"))
-    node.log(kernel_log.driver_load_lines(version), every_boot=False)  # the next boot loads what is installed then
+    # the next boot loads what is installed then
+    node.log(kernel_log.driver_load_lines(version, node.hardware.machine), every_boot=False)
 
 
 def wrong_driver(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
@@ -311,6 +312,12 @@ def foreign_partition(node: NodeContext, params: dict[str, Any], target: str | N
         gpu["fabric"].update(cluster_uuid=cluster_uuid, clique_id=clique_id)
 
 
+def nvlink_xid149(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    root = node.gpu(target)
+    others = [gpu["bdf"] for gpu in node.state["gpus"] if gpu["index"] != root["index"]]
+    node.log(kernel_log.nvlink5_xid_lines(root["bdf"], others), every_boot=params["after_boot"] == "again")
+
+
 def degraded_switch_tray(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     """Every GPU of the tray reaches the rack's NVLink through the degraded switch tray: each rank's collectives
     complete at ``factor`` of their speed, on the wire (no rank a straggler: the whole domain alike)."""
@@ -342,4 +349,5 @@ INJECTORS: dict[str, Injector] = {
     "clock_sag": clock_sag,
     "fabric_insufficient_resources": fabric_insufficient_resources, "fabric_unhealthy": fabric_unhealthy,
     "foreign_partition": foreign_partition, "imex_down": imex_down, "degraded_switch_tray": degraded_switch_tray,
+    "nvlink_xid149": nvlink_xid149,
 }

@@ -7,6 +7,8 @@ probes), not an empty file.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from provision.hostmodel.devices import NodeHardware
 from provision.hostmodel.pciconfig import SPEEDS
 
@@ -38,7 +40,7 @@ def boot_lines(hardware: NodeHardware, kernel: str) -> list[str]:
         "NET: Registered PF_INET protocol family",
         "nvme nvme0: 32/0/0 default/read/poll queues",
         "EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode. Quota mode: none.",
-        "systemd[1]: Detected architecture x86-64.",
+        f"systemd[1]: Detected architecture {'arm64' if hardware.machine == 'aarch64' else 'x86-64'}.",
         "Adding 0k swap on /swap.img.  Priority:-2 extents:1 across:0k SSFS",
     ]
     for hca in hardware.hcas:
@@ -51,12 +53,29 @@ def boot_lines(hardware: NodeHardware, kernel: str) -> list[str]:
     return lines
 
 
-def driver_load_lines(version: str) -> list[str]:
+def driver_banner(version: str, machine: str) -> str:
+    """The module's own words for itself, as ``/proc/driver/nvidia/version`` and the load line print them: an x86
+    host's proprietary module, and on a Grace tray (aarch64) the open module, the only one Grace runs ("NVIDIA UNIX
+    Open Kernel Module for aarch64  550.144.03  Release Build  (dvs-builder@...)", as in NVIDIA/gpud's and others'
+    public parsers' test data)."""
+    if machine == "aarch64":
+        return (f"NVIDIA UNIX Open Kernel Module for aarch64  {version}  Release Build  (dvs-builder@U16-I2-C01-12-4)  "
+                "Wed Jun 12 00:36:21 UTC 2024")
+    return f"NVIDIA UNIX x86_64 Kernel Module  {version}  Wed Jun 12 00:36:21 UTC 2024"
+
+
+def machine_of(root: Path) -> str:
+    """The simulated host's ``uname -m`` (the kernel's word, ``/proc/sys/kernel/arch``)."""
+    arch = root / "proc/sys/kernel/arch"
+    return arch.read_text().strip() if arch.exists() else "x86_64"
+
+
+def driver_load_lines(version: str, machine: str = "x86_64") -> list[str]:
     return [
         "nvidia: loading out-of-tree module taints kernel.",
         "nvidia: module verification failed: signature and/or required key missing - tainting kernel",
         "nvidia-nvlink: Nvlink Core is being initialized, major device number 234",
-        f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {version}  Wed Jun 12 00:36:21 UTC 2024",
+        f"NVRM: loading {driver_banner(version, machine)}",
         "nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  "
         f"{version}  Wed Jun 12 00:01:28 UTC 2024",
         "[drm] [nvidia-drm] [GPU ID 0x00001900] Loading driver",
@@ -101,3 +120,18 @@ def peermem_symbol_lines() -> list[str]:
 
 
 THERMAL_LINE = "CPU0: Package temperature above threshold, cpu clock throttled (total events = 1)"
+
+
+def nvlink5_xid_lines(root_bdf: str, others: list[str]) -> list[str]:
+    """An NVLink 5 fault as a GB200 tray logs it (NVIDIA/gpud #1174: ``149, NETIR Fatal XC0 i0 Link -1`` then
+    ``145, RLW_RXPIPE Nonfatal XC0 i0 Link 13`` on another GPU 139 us later): the root's fatal line, then one
+    non-fatal line on each GPU whose link the fault reached, naming no cause (the driver does not)."""
+    def pci(bdf: str) -> str:
+        return bdf[: bdf.rindex(".")]
+
+    lines = [f"NVRM: Xid (PCI:{pci(root_bdf)}): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 "
+             "0x00000000 0x00000000 0x00000000)"]
+    for link, bdf in enumerate(others, start=13):
+        lines.append(f"NVRM: Xid (PCI:{pci(bdf)}): 145, RLW_RXPIPE Nonfatal XC0 i0 Link {link} (0x0409a0c2 "
+                     "0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)")
+    return lines

@@ -196,6 +196,11 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               "the tray is cabled into another rack's NVLink partition: every GPU shows that partition's ClusterUUID "
               "and CliqueId, unlike the rest of its domain; the domain check names it as another rack's",
               platforms=("nvl72",)),
+    FaultKind("nvlink_xid149", "node", _GPU, "preflight", "nvlink5_xid",
+              "the GPU's NVLink 5 NETIR unit logs a fatal Xid 149 and, microseconds later, the tray's other GPUs each "
+              "a non-fatal Xid 145 on the link that reached it (the GB200 lines gpud quotes, NVIDIA/gpud #1174): "
+              "preflight's NVLink 5 check fails the tray and blames the 145s on the 149's GPU",
+              {"after_boot": Param(str, "again", choices=("again", "cleared"))}, platforms=("nvl72",)),
     FaultKind("degraded_switch_tray", "rank", "node", "nvlink_domain", "domain_busbw",
               "an NVLink switch tray of the node's rack runs degraded (a failed NVSwitch ASIC, a bad spine "
               "cartridge): every collective over the rack's NVLink runs at factor of its speed on every tray of the "

@@ -35,6 +35,7 @@ TRAY_FAULTS = {
     "fabric_unhealthy": {"node": "gb003", "target": "gpu2"},
     "foreign_partition": {"node": "gb005"},
     "imex_down": {"node": "gb006"},
+    "nvlink_xid149": {"node": "gb004", "target": "gpu3"},
 }
 RACKS = {"rack1": ["gb001", "gb002", "gb003"], "rack2": ["gb004", "gb005", "gb006"]}
 
@@ -235,3 +236,18 @@ def test_the_domain_check_names_the_odd_tray_and_not_a_tray_with_a_gpu_left_out(
     assert judged["gb005"].outcome is Outcome.FAILED and "another NVLink domain" in judged["gb005"].message
     assert judged["gb002"].outcome is Outcome.OK and judged["gb001"].outcome is Outcome.OK
     assert domain_results(rack["loaded"], {**fabrics, "gb001": None})["gb001"].outcome is Outcome.UNKNOWN
+
+
+def test_an_xid_149_fails_its_tray_and_the_145s_it_caused_are_blamed_on_it(rack: dict) -> None:
+    """The GB200 pair gpud quotes (NVIDIA/gpud #1174), as the simulated tray logs it: the 149 on gpu3, a 145 on
+    each other GPU 113 us apart and naming no cause; preflight fails the tray on the 149's GPU alone."""
+    ring = rack["hosts"]["gb004"].run("dmesg").stdout
+    fatal = next(line for line in ring.splitlines() if "): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406" in line)
+    root = fatal[fatal.index("(PCI:") + 5:fatal.index("):")]
+    assert ring.count("): 145, RLW_RXPIPE Nonfatal XC0 i0 Link") == 3
+    checks = _preflight(rack, "gb004")
+    result = checks["nvlink5_xid"]
+    assert result.outcome is Outcome.FAILED and result.message.startswith(f"GPU {root}: Xid 149"), result
+    assert result.message.count("Xid 145 on GPU") == 3 and "its consequence, nothing of its own" in result.message
+    healthy = _preflight(rack, "gb001")  # the rack's trays are not provisioned here (no peermem): only the difference
+    assert {name for name, check in checks.items() if check.outcome is not healthy[name].outcome} == {"nvlink5_xid"}

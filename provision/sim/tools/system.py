@@ -76,8 +76,8 @@ def write_modules(root: Path, modules: list[str], driver: str | None = None, ib_
     for the loaded set."""
     version_file = root / "proc" / "driver" / "nvidia" / "version"
     if "nvidia" in modules and driver:
-        replace_file(version_file, f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver}  Wed Jun 12 00:36:21 UTC "
-                                   "2024\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
+        replace_file(version_file, f"NVRM version: {kernel_log.driver_banner(driver, kernel_log.machine_of(root))}\n"
+                                   "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
     elif version_file.exists():
         version_file.unlink()
     lines = []
@@ -138,7 +138,7 @@ def _load(root: Path, state: dict[str, Any], name: str, log: list[str]) -> None:
         if installed is None:
             raise ToolError(f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{state['kernel']}", 1)
         state["driver_loaded"] = installed
-        log += kernel_log.driver_load_lines(installed)
+        log += kernel_log.driver_load_lines(installed, kernel_log.machine_of(root))
         if module_options(root, "nvidia").get("NVreg_CreateImexChannel0") == "1":
             replace_file(root / IMEX_CHANNELS / "channel0", "")
     if name == "nvidia_peermem" and (state.get("driver_installed") is None or state.get("peermem_missing")):
