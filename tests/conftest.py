@@ -158,8 +158,8 @@ SHARED_MACHINE_STATE = {
 #: The longest modules, longest first (seconds of a clean-clone run on two cores, PROVISION_TEST_TIMES): handed
 #: out first, so that the last module a worker starts is a short one and the two workers end together.
 LONGEST_FIRST = ("sim/test_namespace", "hosts/test_provisioning", "burnin/test_multinode",
-                 "fleet/test_baseline_campaigns", "watch/test_revalidation_slurm", "sinks/test_slurm",
-                 "watch/test_breaker_slurm", "burnin/test_slurm_launcher",
+                 "fleet/test_baseline_campaigns", "watch/test_week_slurm", "sinks/test_slurm",
+                 "burnin/test_slurm_launcher",
                  "hosts/test_recovery", "burnin/test_soak", "hosts/test_provisioning_ssh", "burnin/test_training",
                  "sim/test_sim", "burnin/test_invariant", "cli/test_cli", "hosts/test_provisioning_budget",
                  "hosts/test_fanout", "hosts/test_connection", "burnin/test_pairs", "burnin/test_resume",

@@ -78,7 +78,7 @@ def one_pass(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, *, now: float,
     (the window the signals are judged over ends there). ``disabler``: how ports are disabled (default:
     ``ibportstate`` from an admitted node); ``steps``: how the ladder's rungs are done (default: the hosts and
     their BMCs)."""
-    result = PassResult(reconcile(loaded, run.store, run_id=run.id))
+    result = PassResult(reconcile(loaded, run.store, run_id=run.id, now=now))
     _fabric(loaded, run, state_dir, result, now=now, disabler=disabler)
     if loaded.spec.watch.revalidate is not None and loaded.spec.slurm is not None:
         result.revalidation = revalidation_pass(loaded, run, client_for(loaded), now=now)
@@ -130,7 +130,7 @@ def _fabric(loaded: LoadedSpec, run: ActiveRun, state_dir: Path, result: PassRes
                                        run_id=run.id)
     disabled_cables = {row["cable"] for row in result.disabled if row["result"] == "disabled"}
     moves = _cut_off(loaded, run, actions, disabled_cables)
-    result.moves, result.held, result.breaker = make_moves(loaded, run.store, moves, run_id=run.id)
+    result.moves, result.held, result.breaker = make_moves(loaded, run.store, moves, run_id=run.id, now=now)
 
 
 def _ticket(run: ActiveRun, view: FabricView, suspects: list[CableHealth],

@@ -117,24 +117,25 @@ class ReconcileResult:
                 "breaker": self.breaker}
 
 
-def reconcile(loaded: LoadedSpec, store: StateStore, *, run_id: str) -> ReconcileResult:
+def reconcile(loaded: LoadedSpec, store: StateStore, *, run_id: str, now: float | None = None) -> ReconcileResult:
     """One pass: Slurm's nodes read, the moves planned and made by the watch's run ``run_id``, each in the node's
-    history with Slurm's state and reason as evidence."""
+    history with Slurm's state and reason as evidence; ``now``: the pass's clock (None: the wall clock), where the
+    breaker's window ends."""
     pending = bool(store.sink_status().get(slurm.SINK, {}).get("pending"))
     try:
         nodes = slurm.client_for(loaded).nodes()
     except SlurmUnreachable as error:
         return ReconcileResult([], unreachable=str(error), pending=pending)
     moves = plan_reconcile(store.nodes(), nodes, sync_pending=pending)
-    moves, held, why = make_moves(loaded, store, moves, run_id=run_id)
+    moves, held, why = make_moves(loaded, store, moves, run_id=run_id, now=now)
     return ReconcileResult(moves, pending=pending, held=held, breaker=why)
 
 
 def make_moves(loaded: LoadedSpec, store: StateStore, moves: list[Move], *,
-               run_id: str) -> tuple[list[Move], list[Move], str]:
+               run_id: str, now: float | None = None) -> tuple[list[Move], list[Move], str]:
     """The watch's moves made through its breaker, each in the node's history: those made, those held, and why
     the breaker is tripped (empty: it is not)."""
-    made, held, why = _through_breaker(loaded, store, store.nodes(), moves, run_id=run_id)
+    made, held, why = _through_breaker(loaded, store, store.nodes(), moves, run_id=run_id, now=now)
     for move in made:
         store.transition(move.node, move.target, run_id=run_id, stage=move.stage, reason=move.reason,
                          evidence=move.evidence, seen_operator=move.seen_operator)
@@ -142,7 +143,7 @@ def make_moves(loaded: LoadedSpec, store: StateStore, moves: list[Move], *,
 
 
 def _through_breaker(loaded: LoadedSpec, store: StateStore, records: Sequence[NodeRecord], moves: list[Move], *,
-                     run_id: str) -> tuple[list[Move], list[Move], str]:
+                     run_id: str, now: float | None = None) -> tuple[list[Move], list[Move], str]:
     """The moves this pass may make, the watch's own it must hold, and why the breaker is tripped (empty: it is
     not). What an administrator did in Slurm is recorded whatever the breaker says: it is their decision, seen."""
     own = [move for move in moves if move.seen_operator is None]
@@ -155,7 +156,10 @@ def _through_breaker(loaded: LoadedSpec, store: StateStore, records: Sequence[No
         store.set_breaker(tripped=True, detail=detail, run_id=state["run_id"])
         return seen, own, str(detail.get("why", "tripped"))
     policy = loaded.spec.watch.breaker
-    since = (datetime.now(UTC) - timedelta(minutes=policy.window_minutes)).isoformat(timespec="milliseconds")
+    # the window ends at the pass's clock: a pass judged at another hour (a replay, the simulator's week) counts
+    # the moves of its own window, never those of the wall clock's
+    end = datetime.fromtimestamp(now, UTC) if now is not None else datetime.now(UTC)
+    since = (end - timedelta(minutes=policy.window_minutes)).isoformat(timespec="milliseconds")
     acted = sum(len(store.moves_since(NodeState.QUARANTINED, stage, since)) for stage in WATCH_STAGES)
     fleet = sum(1 for record in records if record.in_spec and record.state is NodeState.ADMITTED)
     decision = breaker.judge(policy, fleet=fleet, acted=acted, proposed=len(own))

@@ -1,7 +1,7 @@
 """Slurm's controller asked, never changed (``provision/hosts/slurmctl.py``): the slurm.conf a spec names is found
 beside the spec, a spec without a slurm: section asks nothing of Slurm, and a controller that cannot be reached is
 said so, never read as an empty cluster. (The reader against a real slurmctld: tests/triage/test_job_slurm.py and
-tests/watch/test_revalidation_slurm.py.)"""
+tests/watch/test_week_slurm.py.)"""
 
 from __future__ import annotations
 

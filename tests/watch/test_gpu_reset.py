@@ -13,7 +13,6 @@ from provision.hosts.remote import open_session
 from provision.sim.host import inject_now
 from provision.spec import load_spec
 from provision.watch.climb import PERSISTENCE_UNIT, reset_gpus
-from tests import redfish
 from tests.simhelpers import SimHost, bring_up
 
 PINNED = "535.183.01"
@@ -138,56 +137,3 @@ def test_after_a_reset_the_node_is_judged_on_what_followed_it(tmp_path: Path) ->
     with StateStore(state) as store:
         assert store.node("sim01").state is NodeState.ADMITTED  # type: ignore[union-attr]
         assert store.node("sim02").state is NodeState.QUARANTINED  # type: ignore[union-attr]
-
-
-@pytest.mark.skipif(redfish.available() is not None, reason=str(redfish.available()))
-def test_a_gpu_that_keeps_failing_climbs_through_its_bmc_to_rma_with_its_bundle(tmp_path: Path) -> None:
-    """The GPU ladder end to end on a provisioned simulated host with its BMC (the Redfish emulator): the GPU fell
-    off the bus and its fault logs it at every boot (``after_boot: again``). The reset is refused (GPU lost), the
-    power cycle through the BMC brings the host back with a new boot whose log holds the Xid again, and the ladder
-    (this spec's: reset, power cycle, RMA) ends in RMA with the evidence bundle; each rung is an attempt of the
-    episode, each move in the node's history, and a further pass leaves the node to ``provision return``."""
-    import json
-    import tarfile
-
-    import yaml
-
-    from provision.state import NodeState, StateStore
-    from tests.simhelpers import provision, shrink_to_four_gpus, write_spec
-    from tests.stores import recorded_run
-
-    spec = shrink_to_four_gpus(write_spec(tmp_path, [], hosts="sim01", stages=["preflight"]))
-    data = yaml.safe_load(spec.read_text())
-    data["nodes"]["groups"][0]["bmc_address_start"] = "127.0.0.1"
-    data["bmc"] = {"scheme": "http", "port": redfish.free_port("127.0.0.1"), "timeout_s": 40,
-                   "credentials": {"username": {"file": "bmc-user"}, "password": {"file": "bmc-password"}}}
-    data["watch"] = {"ladder": {"gpu": ["gpu_reset", "power_cycle", "rma"]}}
-    spec.write_text(yaml.safe_dump(data, sort_keys=False))
-    (tmp_path / "bmc-user").write_text("admin\n")
-    (tmp_path / "bmc-password").write_text("sim-bmc-2291\n")
-    provision(spec)
-    state = tmp_path / ".provision" / "sim16"
-    inject_now(SimHost(state, "sim01").paths.root.parent, "xid", "gpu1", {"code": 79})
-    with StateStore(state) as store:
-        store.transition("sim01", NodeState.ADMITTED, run_id=recorded_run(store, "admit"),
-                         reason="burned in before this test")
-        store.transition("sim01", NodeState.QUARANTINED, run_id=recorded_run(store, "watch"), stage="node-check",
-                         reason="node-check/xid: Xid 79")
-    with redfish.serving_spec(spec, 1, {}):
-        rungs = [_climb_once(spec, state) for _ in range(4)]
-    assert [[(row["step"], row["outcome"]) for row in rung] for rung in rungs] == [
-        [("gpu_reset", "step failed")], [("power_cycle", "held")], [("rma", "rma")], []], rungs
-    failing = [row["check"] for row in rungs[1][0]["detail"]["results"] if row["outcome"] == "failed"]
-    assert "xid" in failing, rungs[1]
-    with StateStore(state) as store:
-        record = store.node("sim01")
-        assert record is not None and (record.state, record.stage) == (NodeState.QUARANTINED, "rma")
-        moves = [(row["to_state"], row["stage"]) for row in store.history("sim01")][-4:]
-        assert moves == [("quarantined", "node-check"), ("burning-in", "revalidate"), ("quarantined", "revalidate"),
-                         ("quarantined", "rma")], moves
-    with tarfile.open(rungs[2][0]["detail"]["bundle"]) as archive:
-        read = {name.split("/", 1)[1]: archive.extractfile(name).read().decode()  # type: ignore[union-attr]
-                for name in archive.getnames()}
-    attempts = next(iter(json.loads(read["attempts.json"]).values()))
-    assert [(row["step"], row["outcome"]) for row in attempts] == [("gpu_reset", "failed"), ("power_cycle", "failed")]
-    assert "ladder ends in RMA after gpu_reset, power_cycle" in read["README.txt"], read["README.txt"]
