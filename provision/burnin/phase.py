@@ -276,7 +276,8 @@ class BurninPhase:
             lent = partners_for(store, loaded, waiting, stages, idle=idle)
             run.event("burnin.waiting", nodes=sorted(progress.waiting), partners=[node.name for node in lent])
             if lent:  # a second chance in this campaign, beside partners it has just admitted
-                progress.waiting = {}
+                progress.waiting = {name: why for name, why in progress.waiting.items()  # the rack's stay
+                                    if progress.verdicts[name].stage == "nvlink_domain"}
                 for index, stage in enumerate(stages):
                     self._stage(context, progress, stage, index, waiting, start, lent)
                 admitted += self._admit(context, progress, waiting, stages)
@@ -360,8 +361,7 @@ class BurninPhase:
     def _admit(context: PhaseContext, progress: _Progress, nodes: list[ResolvedNode],
                stages: Sequence[str]) -> list[str]:
         """The ``nodes`` that passed every stage of the campaign, admitted; a tray whose NVLink domain is not whole
-        only as its domain's policy allows (:func:`held_trays`), else held in burning-in
-        with the reason."""
+        only as its domain's policy allows (:func:`held_trays`), else held in burning-in with the reason."""
         store = context.store
         passed = [node.name for node in nodes if node.name not in progress.failed
                   and node.name not in progress.waiting and set(stages) <= progress.passed.get(node.name, set())]
