@@ -49,8 +49,7 @@ def collective_params(loaded: LoadedSpec) -> dict[str, Any]:
 def judge_transport(run: NodeRun, *, gpudirect: bool) -> CheckResult:
     """NCCL's transport on this node (see :func:`provision.checks.node_stage.judge_nccl_transport`)."""
     devices = {str(record.get("device", "")) for record in run.of("result")}
-    text = (run.command.stdout + "\n" + run.command.stderr) if run.command else ""
-    return judge_nccl_transport(text, devices, gpudirect=gpudirect)
+    return judge_nccl_transport(run.output, devices, gpudirect=gpudirect)
 
 
 class CollectivesUnresolved(StageSystemic):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.burnin.collectives import CollectivesStage, collective_params
-from provision.burnin.launch import Launcher, NodeRun, launch
+from provision.burnin.launch import Launcher, launch
 from provision.burnin.records import StageSystemic
 from provision.burnin.verdict import NodeVerdict, judge, waits
 from provision.checks.domain_collectives import DomainJudgement, judge_domain_collectives
@@ -63,12 +63,6 @@ def domain_params(loaded: LoadedSpec, domain: str) -> dict[str, Any]:
     return {**collective_params(loaded), "ops": ["all_reduce"], "scopes": ["all"], "nvlink_domain": domain}
 
 
-def _nccl_said(node_run: NodeRun) -> NcclDomain | None:
-    """What NCCL said on the node's ranks (their output as the agent passed it on); None: nothing came back."""
-    command = node_run.command
-    return parse_nccl_domain(command.stdout + "\n" + command.stderr) if command is not None else None
-
-
 def _measure(loaded: LoadedSpec, name: str, trays: list[ResolvedNode], state_dir: Path, *, port: int,
              evidence_dir: Path, launcher: Launcher) -> DomainRun:
     run = DomainRun(name, trays)
@@ -89,7 +83,9 @@ def _measure(loaded: LoadedSpec, name: str, trays: list[ResolvedNode], state_dir
                  if row["scope"] == "all" and row["op"] == "all_reduce"}
     runs = stage.finished_runs
     run.gpu = on_gpu([record for node_run in runs.values() for record in node_run.of("result")])
-    run.said = {node.name: _nccl_said(runs[node.name]) if node.name in runs else None for node in trays}
+    # what NCCL said on each tray's ranks; None: nothing came back from it
+    run.said = {node.name: parse_nccl_domain(runs[node.name].output) if node.name in runs and runs[node.name].command
+                else None for node in trays}
     return run
 
 

@@ -60,6 +60,11 @@ class NodeRun:
         """The node never ran the test, or its agent never reported: nothing it said can be judged."""
         return bool(self.connect_error) or self.agent is None
 
+    @property
+    def output(self) -> str:
+        """Everything the node's agent and workers printed (NCCL's INFO lines among it); empty: nothing came back."""
+        return (self.command.stdout + "\n" + self.command.stderr) if self.command else ""
+
     def stderr_tail(self, lines: int = 30) -> list[str]:
         return (self.command.stderr.splitlines()[-lines:]) if self.command else []
 

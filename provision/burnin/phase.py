@@ -221,6 +221,10 @@ class _Progress:
     #: tray -> why its NVLink domain's policy keeps it out although it passed every stage
     held: dict[str, str] = field(default_factory=dict)
 
+    def on_rack(self, name: str) -> bool:
+        """A waiting node that waits on its NVLink domain's finding (slow with no tray to blame), not on partners."""
+        return self.verdicts[name].stage == "nvlink_domain"
+
 
 class BurninPhase:
     name = "burnin"
@@ -270,14 +274,13 @@ class BurninPhase:
             self._stage(context, progress, stage, index, taken, start, partners)
         admitted = self._admit(context, progress, taken, stages)
         # a tray waiting on its domain's finding (slow with no tray to blame) waits on the rack, not on partners
-        if any(progress.verdicts[name].stage != "nvlink_domain" for name in progress.waiting):
-            waiting = [node for node in taken if node.name in progress.waiting
-                       and progress.verdicts[node.name].stage != "nvlink_domain"]
+        if any(not progress.on_rack(name) for name in progress.waiting):
+            waiting = [node for node in taken if node.name in progress.waiting and not progress.on_rack(node.name)]
             lent = partners_for(store, loaded, waiting, stages, idle=idle)
             run.event("burnin.waiting", nodes=sorted(progress.waiting), partners=[node.name for node in lent])
             if lent:  # a second chance in this campaign, beside partners it has just admitted
                 progress.waiting = {name: why for name, why in progress.waiting.items()  # the rack's stay
-                                    if progress.verdicts[name].stage == "nvlink_domain"}
+                                    if progress.on_rack(name)}
                 for index, stage in enumerate(stages):
                     self._stage(context, progress, stage, index, waiting, start, lent)
                 admitted += self._admit(context, progress, waiting, stages)
@@ -392,8 +395,7 @@ class BurninPhase:
         if failed:
             summary += f"; {len(failed)} quarantined: " + "; ".join(
                 f"{name}: {verdicts[name].reason}" for name in sorted(failed))
-        on_domain = {name: why for name, why in progress.waiting.items()
-                     if progress.verdicts[name].stage == "nvlink_domain"}
+        on_domain = {name: why for name, why in progress.waiting.items() if progress.on_rack(name)}
         on_partners = {name: why for name, why in progress.waiting.items() if name not in on_domain}
         if on_partners:
             summary += (f"; {len(on_partners)} not judged, waiting in burning-in for admitted partners "

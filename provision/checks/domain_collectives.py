@@ -7,15 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from provision.catalog import DOMAIN_ALLREDUCE_BUSBW, GPU_MODELS
+from provision.checks.nvlink_domain import _result
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts.nccl_debug import NcclDomain
-
-
-def _result(check: str, problems: list[str], ok: str, remediation: str) -> CheckResult:
-    if problems:
-        return CheckResult(check, Outcome.FAILED, problems[0], remediation, problems)
-    return CheckResult(check, Outcome.OK, ok)
-
 
 #: Below this size a domain's all_reduce is still climbing with the message size: recorded, not judged (the
 #: published figures are at 4-32 GB).

@@ -10,6 +10,7 @@ HCA reading GPU memory directly; without it data is staged through host memory).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 _INFO = re.compile(r"NCCL INFO (?P<message>.*)$")
@@ -29,14 +30,17 @@ class NcclTransport:
     lines: int = 0
 
 
+def _messages(text: str) -> Iterator[str]:
+    """The message of each ``NCCL INFO`` line, whatever prefix (host:pid:tid [dev]) NCCL put before it."""
+    for line in text.splitlines():
+        if info := _INFO.search(line):
+            yield info["message"].strip()
+
+
 def parse_nccl_debug(text: str) -> NcclTransport:
     found = NcclTransport()
-    for line in text.splitlines():
-        info = _INFO.search(line)
-        if not info:
-            continue
+    for message in _messages(text):
         found.lines += 1
-        message = info["message"].strip()
         if network := _NETWORK.match(message):
             found.networks.add(network["name"])
         elif devices := _IB_DEVICES.match(message):
@@ -124,11 +128,7 @@ class NcclDomain:
 def parse_nccl_domain(text: str) -> NcclDomain:
     """The NVLink domain's lines of one node's NCCL_DEBUG=INFO output (see the formats above)."""
     found = NcclDomain()
-    for line in text.splitlines():
-        info = _INFO.search(line)
-        if not info:
-            continue
-        message = info["message"].strip()
+    for message in _messages(text):
         if comm := _COMM.match(message):
             found.lines += 1
             found.comms.append({key: int(comm[key]) for key in ("rank", "nranks", "nnodes", "local", "mnnvl")})

@@ -72,27 +72,23 @@ def standings(loaded: LoadedSpec, states: Mapping[str, str] | None) -> list[Doma
 
 def held_trays(loaded: LoadedSpec, states: Mapping[str, str], passing: list[str]) -> dict[str, str]:
     """Which of the trays that have just passed every stage (``passing``) their domain's policy keeps out, and why:
-    a domain is whole when each of its trays is admitted or passing; ``hold`` admits none of a domain that is not,
-    ``shrink`` admits the passing trays when with the admitted ones at least ``min_trays`` remain (default 1)."""
+    each domain's standing (:func:`standings`) with the passing trays counted as admitted; a domain it holds
+    admits none of them (``hold``: not whole; ``shrink``: under ``min_trays``)."""
     chosen = set(passing)
     held = {}
-    for domain in loaded.spec.nvlink_domains:
-        trays = expand(domain.hosts)
-        mine = [tray for tray in trays if tray in chosen]
-        if not mine:
+    assumed = {**states, **dict.fromkeys(passing, "admitted")}
+    for domain, standing in zip(loaded.spec.nvlink_domains, standings(loaded, assumed), strict=True):
+        mine = [tray for tray in standing.trays if tray in chosen]
+        if not mine or standing.standing != HELD:
             continue
-        usable = [tray for tray in trays if tray in chosen or states.get(tray) == "admitted"]
-        if len(usable) == len(trays):
-            continue
-        missing = [tray for tray in trays if tray not in usable]
+        missing = [tray for tray in standing.trays if standing.states[tray] != "admitted"]
+        usable = len(standing.trays) - len(missing)
         out = ", ".join(f"{tray} ({states.get(tray, 'unknown')})" for tray in missing)
         if domain.on_tray_failure == "hold":
-            why = (f"domain {domain.name} is not whole ({len(usable)} of {len(trays)} trays; not: {out}) and its "
+            why = (f"domain {domain.name} is not whole ({usable} of {len(standing.trays)} trays; not: {out}) and its "
                    "policy on_tray_failure: hold keeps it out until it is")
-        elif len(usable) < (domain.min_trays or 1):
-            why = (f"domain {domain.name} would shrink to {len(usable)} trays (not: {out}), under its min_trays "
-                   f"{domain.min_trays}")
         else:
-            continue
+            why = (f"domain {domain.name} would shrink to {usable} trays (not: {out}), under its min_trays "
+                   f"{domain.min_trays}")
         held.update(dict.fromkeys(mine, why))
     return held

@@ -96,7 +96,7 @@ def _build(root: Path, recipe: dict[str, Any]) -> None:
     for fault in recipe["faults"]:
         INJECTORS[fault["kind"]](context, fault["params"], fault["target"])
     write_stock_sources(root, state["packages_available"])
-    write_modules(root, state["modules"], state.get("driver_loaded"), state.get("ib_stack_loaded"))
+    write_modules(root, state)
     save_state(root, state)
     replace_file(root / READY, "")
 

@@ -88,7 +88,7 @@ def _boot_with_driver(node: NodeContext, version: str) -> None:
     node.state["modules"] = [*node.state["modules"], "nvidia", "nvidia_uvm", "nvidia_modeset"]
     node.state["services"].update({"nvidia-persistenced": {"enabled": True, "active": True},
                                    "nvidia-fabricmanager": {"enabled": True, "active": True}})
-    write_modules(node.root, node.state["modules"], node.state.get("driver_loaded"), node.state.get("ib_stack_loaded"))
+    write_modules(node.root, node.state)
     # the next boot loads what is installed then
     node.log(kernel_log.driver_load_lines(version, node.hardware.machine), every_boot=False)
 

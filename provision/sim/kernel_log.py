@@ -7,8 +7,6 @@ probes), not an empty file.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from provision.hostmodel.devices import NodeHardware
 from provision.hostmodel.pciconfig import SPEEDS
 
@@ -62,12 +60,6 @@ def driver_banner(version: str, machine: str) -> str:
         return (f"NVIDIA UNIX Open Kernel Module for aarch64  {version}  Release Build  (dvs-builder@U16-I2-C01-12-4)  "
                 "Wed Jun 12 00:36:21 UTC 2024")
     return f"NVIDIA UNIX x86_64 Kernel Module  {version}  Wed Jun 12 00:36:21 UTC 2024"
-
-
-def machine_of(root: Path) -> str:
-    """The simulated host's ``uname -m`` (the kernel's word, ``/proc/sys/kernel/arch``)."""
-    arch = root / "proc/sys/kernel/arch"
-    return arch.read_text().strip() if arch.exists() else "x86_64"
 
 
 def driver_load_lines(version: str, machine: str = "x86_64") -> list[str]:

@@ -71,12 +71,14 @@ def installed_stack(state: dict[str, Any], module: str) -> str | None:
     return INBOX
 
 
-def write_modules(root: Path, modules: list[str], driver: str | None = None, ib_stack: str | None = None) -> None:
+def write_modules(root: Path, state: dict[str, Any]) -> None:
     """``proc/modules``, ``sys/module/*`` (with each module's ``srcversion``) and ``proc/driver/nvidia/version``
-    for the loaded set."""
+    for the set the host's state has loaded, the driver's banner the one of the host's machine."""
+    modules, driver, ib_stack = state["modules"], state.get("driver_loaded"), state.get("ib_stack_loaded")
     version_file = root / "proc" / "driver" / "nvidia" / "version"
     if "nvidia" in modules and driver:
-        replace_file(version_file, f"NVRM version: {kernel_log.driver_banner(driver, kernel_log.machine_of(root))}\n"
+        banner = kernel_log.driver_banner(driver, state.get("machine", "x86_64"))
+        replace_file(version_file, f"NVRM version: {banner}\n"
                                    "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
     elif version_file.exists():
         version_file.unlink()
@@ -138,7 +140,7 @@ def _load(root: Path, state: dict[str, Any], name: str, log: list[str]) -> None:
         if installed is None:
             raise ToolError(f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{state['kernel']}", 1)
         state["driver_loaded"] = installed
-        log += kernel_log.driver_load_lines(installed, kernel_log.machine_of(root))
+        log += kernel_log.driver_load_lines(installed, state.get("machine", "x86_64"))
         if module_options(root, "nvidia").get("NVreg_CreateImexChannel0") == "1":
             replace_file(root / IMEX_CHANNELS / "channel0", "")
     if name == "nvidia_peermem" and (state.get("driver_installed") is None or state.get("peermem_missing")):
@@ -187,7 +189,7 @@ def modprobe(root: Path, args: list[str]) -> int:
     finally:
         if log:
             append_kernel_log(root, log)
-        write_modules(root, state["modules"], state.get("driver_loaded"), state.get("ib_stack_loaded"))
+        write_modules(root, state)
         _register_peers(root, state)
         save_state(root, state)
     return 0
@@ -481,7 +483,7 @@ def power_on(root: Path) -> int:
     log += list(state.get(BOOT_LINES_KEY, []))
     if log:
         append_kernel_log(root, log)
-    write_modules(root, state["modules"], state.get("driver_loaded"), state.get("ib_stack_loaded"))
+    write_modules(root, state)
     _register_peers(root, state)
     manager = state.get("services", {}).get("nvidia-fabricmanager")
     if manager and manager.get("active") and not _nvlsm_ready(root, state):
