@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from provision.burnin.domains import run_domain_stage
 from provision.burnin.launch import LaunchResult, NodeRun
@@ -99,3 +100,21 @@ def test_a_tray_alone_of_its_domain_in_the_burn_in_waits(loaded: Any, tmp_path: 
     verdicts = _run(loaded, tmp_path, launcher, ["gb001", "gb002", "gb004"])
     assert verdicts["gb004"].waiting.startswith("the only tray of domain rack2 in this burn-in")
     assert launcher.launched == [("rack1", ["gb001", "gb002"])]
+
+
+def test_the_specs_domain_busbw_fraction_is_what_a_domain_is_held_to(tmp_path: Path) -> None:
+    """800 GB/s over rack1's 12 GPUs: at least the default 0.75 of the lowest published GB200 domain figure
+    (839 GB/s, 72 GPUs), below the 0.99 a spec may ask for instead."""
+    default = load_spec(tray_spec(tmp_path, []))
+    strict_dir = tmp_path / "strict"
+    strict_dir.mkdir()
+    spec = tray_spec(strict_dir, [])
+    data = yaml.safe_load(spec.read_text())
+    data["burnin"].setdefault("thresholds", {})["domain_busbw_fraction"] = 0.99
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    strict = load_spec(spec)
+    trays = ["gb001", "gb002", "gb003"]
+    assert all(verdict.passed for verdict in _run(default, tmp_path, GpuLaunches({"rack1": 800.0}), trays).values())
+    held = _run(strict, strict_dir, GpuLaunches({"rack1": 800.0}), trays)
+    assert all(verdict.waiting and "below 830.6 GB/s (0.99 x 839" in verdict.reason for verdict in held.values()), {
+        name: verdict.reason for name, verdict in held.items()}
