@@ -50,6 +50,9 @@ GPU_MODELS: dict[str, GpuModel] = {
     )
 }
 
+#: HGX Blackwell boards whose NVSwitches the fabric manager reaches through a ConnectX-7 bridge on the baseboard and
+#: NVLSM, not through PCIe (field guide 8.1): the bridge's functions show in ``ibstat`` beside the rails.
+NVSWITCH_BRIDGE_MODELS = frozenset({"B200-SXM-180GB", "B300-SXM-288GB"})
 
 #: NCCL all_reduce busbw over one whole NVLink domain (MNNVL with NVLS), by GPUs in the domain, large messages:
 #: what a domain's collectives stage is judged against (field guide 8.4): GB200, 72 GPUs, 839 GB/s out of place at

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts.imex import CONNECTION_STATES, ImexDomain
 from provision.facts.kernel_log import Xid
+from provision.facts.lspci import PciDeviceFacts
 from provision.facts.nvidia_smi import FABRIC_HEALTH_FLAGS, GpuFabric
 from provision.facts.packages import NvlsmStart
 
@@ -281,3 +282,49 @@ def judge_nvlsm(start: NvlsmStart, rails: list[str]) -> CheckResult:
     return _result("nvlsm", problems, f"NVLSM {start.opensm_version} started through "
                    f"{len(start.bridge_ports)} bridge ports", "install NVLSM at the fabric manager's version, load "
                    "mlx5_ib and ib_umad, and list only compute HCAs as rails")
+
+
+#: The field NVIDIA's fabric manager start script looks for in a ConnectX function's VPD to tell an NVSwitch
+#: management function (LPF) of an HGX Blackwell baseboard's bridge from a NIC (docs/blackwell.md, HGX row).
+MANAGEMENT_VPD = "SMDL=SW_MNG"
+
+
+def judge_nvswitch_bridge(devices: list[PciDeviceFacts], ib_devices: dict[str, str], rails: list[str],
+                          ) -> CheckResult:
+    """On HGX B200/B300: the baseboard's ConnectX bridge to the NVSwitches is there (its functions' VPD says
+    ``SMDL=SW_MNG``), and no ``mlx5_*`` device of it is counted as a rail. Its ports show in ``ibstat`` like any
+    NIC's and take the names a site gives rails (mlx5_0-3 on a DGX B200), but carry no cable of the fabric: a
+    rail named on one sends the burn-in's traffic nowhere. A card's functions share its slot, so a rail on any
+    function of the bridge's slot is one. ``ib_devices``: ``/sys/class/infiniband`` links, name to sysfs path."""
+    if any(device.access_denied for device in devices):
+        return CheckResult("nvswitch_bridge", Outcome.UNKNOWN, "lspci ran without root: no VPD was read",
+                           "run preflight with root (become)")
+    if not any(device.vpd for device in devices):
+        return CheckResult("nvswitch_bridge", Outcome.UNKNOWN, "lspci printed no device's Vital Product Data",
+                           "re-run; a check that cannot run is never taken as healthy")
+    bridges = sorted({device.slot for device in devices
+                      if any(MANAGEMENT_VPD in value for value in device.vpd.values())})
+    if not bridges:
+        return CheckResult("nvswitch_bridge", Outcome.FAILED, f"no ConnectX function says {MANAGEMENT_VPD} in its "
+                           "VPD: the fabric manager has no port to reach the NVSwitches through",
+                           "check the baseboard's bridge in lspci and its firmware; NVIDIA support if absent")
+    slot_of = {name: _pci_address(target).rsplit(".", 1)[0] for name, target in ib_devices.items()}
+    ports = sorted((name for name, slot in slot_of.items() if slot in bridges), key=_index)
+    counted = [rail for rail in rails if slot_of.get(rail) in bridges]
+    problems = [f"the spec counts {', '.join(counted)} as rail(s): function(s) of the NVSwitch bridge "
+                f"{', '.join(bridges)} ({MANAGEMENT_VPD}), cabled to no leaf"] if counted else []
+    return _result("nvswitch_bridge", problems, f"NVSwitch bridge {', '.join(bridges)}: {', '.join(ports) or 'no'} "
+                   "IB device(s), none a rail", "list the compute NICs as rails (ibstat's devices on the GPUs' "
+                   "PCIe switches), not the bridge's")
+
+
+def _pci_address(sysfs_path: str) -> str:
+    """The device's own PCI address: the last on its sysfs path (``.../0000:0d:00.1/infiniband/mlx5_9``)."""
+    addresses = [part for part in sysfs_path.split("/") if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
+                                                                          part)]
+    return addresses[-1] if addresses else ""
+
+
+def _index(name: str) -> tuple[int, str]:
+    digits = re.search(r"(\d+)$", name)
+    return (int(digits.group(1)) if digits else -1, name)

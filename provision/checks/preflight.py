@@ -90,6 +90,8 @@ class Expectations:
     tray_index: int = 0  # where the spec puts the tray in its domain (Platform Info's Tray Index, 1-based)
     chassis_serial: str = ""  # the rack's serial where the spec names it (nvlink_domains[].chassis_serial)
     imex_peers: tuple[str, ...] = ()  # the domain's trays' addresses, in the spec's order (nodes_config.cfg)
+    #: An HGX B200/B300 baseboard: its NVSwitches are reached through a ConnectX bridge whose ports are no rails.
+    nvswitch_bridge: bool = False
 
 
 @dataclass
@@ -841,6 +843,15 @@ def _imex_channel(gathered: Gathered) -> CheckResult:
     return nvlink_domain.judge_imex_channel(links)
 
 
+def check_nvswitch_bridge(gathered: Gathered, expect: Expectations) -> list[CheckResult]:
+    """HGX B200/B300: the NVSwitch bridge found by its VPD and none of its ports a rail of the spec (other boards
+    have no such bridge)."""
+    if not expect.nvswitch_bridge:
+        return []
+    return [nvlink_domain.judge_nvswitch_bridge(_parse(gathered, lspci.LSPCI), _links(gathered, "infiniband"),
+                                                list(expect.rail_hcas))]
+
+
 def _int(text: str) -> int:
     try:
         return int(float(text))
@@ -873,6 +884,7 @@ CHECKS: dict[tuple[str, ...], Evaluator] = {
     ("arch",): check_arch,
     ("gpu_fabric", "platform"): check_tray,
     ("imex", "imex_peers", "imex_channel"): check_imex,
+    ("nvswitch_bridge",): check_nvswitch_bridge,
 }
 
 

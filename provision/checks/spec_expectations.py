@@ -5,7 +5,7 @@ place the controller turns its spec into the checks' terms (preflight over SSH, 
 
 from __future__ import annotations
 
-from provision.catalog import GPU_MODELS
+from provision.catalog import GPU_MODELS, NVSWITCH_BRIDGE_MODELS
 from provision.checks import kernel_allowlist
 from provision.checks.preflight import Expectations
 from provision.spec import LoadedSpec
@@ -36,6 +36,7 @@ def expectations(loaded: LoadedSpec, node: ResolvedNode) -> Expectations:
         allowlist=tuple(kernel_allowlist.load(allowlist_file)),
         rails=tuple(sorted(profile.rails.items(), key=lambda item: item[1])),
         nvswitch=profile.nvlink.present and profile.nvlink.nvswitch,
+        nvswitch_bridge=profile.nvlink.nvswitch and profile.gpu.model in NVSWITCH_BRIDGE_MODELS,
         # DCGM is checked where the burn-in runs its diagnostic or the spec pins it (its host engine serves more than
         # the burn-in: dcgm-exporter, health watches)
         dcgm_min=gpu.dcgm_min if "dcgm" in spec.burnin.stages or spec.software.dcgm else "",

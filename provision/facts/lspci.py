@@ -41,6 +41,14 @@ class PciDeviceFacts:
     acs_control: dict[str, bool] | None = None
     driver: str | None = None
     capabilities: list[str] = field(default_factory=list)
+    #: The card's Vital Product Data as lspci -vv prints it (needs root): ``Product Name`` and each read-only
+    #: field by its keyword (``PN``, ``SN``, ``VA``...); empty where the device has none.
+    vpd: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def slot(self) -> str:
+        """The card's slot (domain, bus, device): the functions of one card share it."""
+        return self.address.rsplit(".", 1)[0]
 
     @property
     def access_denied(self) -> bool:
@@ -58,6 +66,9 @@ class PciDeviceFacts:
         return [bit for bit in ("ReqRedir", "CmpltRedir", "UpstreamFwd") if control.get(bit)]
 
 
+_VPD_FIELD = re.compile(r"^\[(?P<keyword>[A-Z0-9]{2})\] [^:]+: ?(?P<value>.*)$")
+
+
 def parse_lspci_verbose(text: str) -> list[PciDeviceFacts]:
     devices: list[PciDeviceFacts] = []
     current: PciDeviceFacts | None = None
@@ -71,37 +82,45 @@ def parse_lspci_verbose(text: str) -> list[PciDeviceFacts]:
             continue
         if current is None or not raw.strip():
             continue
-        line = raw.strip()
-        key, _, value = line.partition(":")
-        value = value.strip()
-        if key == "NUMA node":
-            current.numa_node = int(value) if value.lstrip("-").isdigit() else None
-        elif key == "Capabilities":
-            current.capabilities.append(value)
-            express = _EXPRESS.search(value)
-            if express:
-                current.express_type = express["type"]
-        elif key == "LnkCap":
-            current.link_capability = _link(value)
-        elif key == "LnkSta":
-            current.link_status = _link(value)
-            speed, width = _SPEED.search(value), _WIDTH.search(value)
-            current.speed_downgraded = bool(speed and speed["speed_note"] == "downgraded")
-            current.width_downgraded = bool(width and width["width_note"] == "downgraded")
-            if speed and speed["speed_note"] is None and current.link_capability and current.link_status:
-                current.speed_downgraded = current.link_status.speed_gts < current.link_capability.speed_gts
-                current.width_downgraded = current.link_status.width < current.link_capability.width
-        elif key == "ACSCap":
-            current.acs_capability = _flags(value)
-        elif key == "ACSCtl":
-            current.acs_control = _flags(value)
-        elif key == "Kernel driver in use":
-            current.driver = value
+        _read_line(current, raw.strip())
     if not devices:
         raise ValueError("no PCI device in lspci's output")
     if not text.replace("\r\n", "\n").endswith("\n\n"):  # -v ends every device, the last one too, with a blank line
         raise ValueError(f"lspci's output ends inside the block of {devices[-1].address}: cut short")
     return devices
+
+
+def _read_line(current: PciDeviceFacts, line: str) -> None:
+    """One line of a device's block: the fields preflight reads, the rest passed over."""
+    key, _, value = line.partition(":")
+    value = value.strip()
+    if key == "NUMA node":
+        current.numa_node = int(value) if value.lstrip("-").isdigit() else None
+    elif key == "Capabilities":
+        current.capabilities.append(value)
+        express = _EXPRESS.search(value)
+        if express:
+            current.express_type = express["type"]
+    elif key == "LnkCap":
+        current.link_capability = _link(value)
+    elif key == "LnkSta":
+        current.link_status = _link(value)
+        speed, width = _SPEED.search(value), _WIDTH.search(value)
+        current.speed_downgraded = bool(speed and speed["speed_note"] == "downgraded")
+        current.width_downgraded = bool(width and width["width_note"] == "downgraded")
+        if speed and speed["speed_note"] is None and current.link_capability and current.link_status:
+            current.speed_downgraded = current.link_status.speed_gts < current.link_capability.speed_gts
+            current.width_downgraded = current.link_status.width < current.link_capability.width
+    elif key == "ACSCap":
+        current.acs_capability = _flags(value)
+    elif key == "ACSCtl":
+        current.acs_control = _flags(value)
+    elif key == "Kernel driver in use":
+        current.driver = value
+    elif key == "Product Name":
+        current.vpd[key] = value
+    elif (vpd_field := _VPD_FIELD.match(line)) and vpd_field["keyword"] != "RV":  # RV: a checksum
+        current.vpd[vpd_field["keyword"]] = vpd_field["value"].strip()
 
 
 def _link(value: str) -> Link | None:

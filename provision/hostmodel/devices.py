@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from provision.catalog import GPU_MODELS
+from provision.catalog import GPU_MODELS, NVSWITCH_BRIDGE_MODELS
 from provision.hostmodel import pciconfig
 from provision.hostmodel.pciconfig import DOWNSTREAM, ENDPOINT, ROOT_PORT, UPSTREAM, LinkConfig
 
@@ -98,6 +98,9 @@ class PciDevice:
     driver: str
     secondary_bus: int = 0
     port_number: int = 0
+    #: The card's Vital Product Data: its product name, then its read-only fields (keyword, value); empty for a
+    #: device without (``vpd.encode`` writes them as the firmware would, sysfs ``vpd``).
+    vpd: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_bridge(self) -> bool:
@@ -112,7 +115,7 @@ class PciDevice:
             vendor=self.vendor, device=self.device, class_code=self.class_code, bridge=self.is_bridge,
             port_type=self.port_type, link=self.link, port_number=self.port_number,
             acs_control=acs_control if self.has_acs else None, primary_bus=int(self.bdf[5:7], 16),
-            secondary_bus=self.secondary_bus, subordinate_bus=self.secondary_bus,
+            secondary_bus=self.secondary_bus, subordinate_bus=self.secondary_bus, vpd=bool(self.vpd),
         )
 
 
@@ -148,6 +151,9 @@ class NodeHardware:
     #: ``uname -m``: what the host's kernel says it runs on.
     machine: str = "x86_64"
     platform: str = "hgx"
+    #: An HGX B200/B300 baseboard's ConnectX-7 bridge to its NVSwitches (``bridge_ports``): four functions in
+    #: ``ibstat`` that are no rail and no cable of the fabric.
+    bridge_ports: list[Hca] = field(default_factory=list)
 
     def device(self, bdf: str) -> PciDevice:
         return next(device for device in self.devices if device.bdf == bdf)
@@ -184,6 +190,45 @@ def _hca(seed: int, host: str, name: str, bdf: str, gpu: int, numa: int) -> Hca:
     return Hca(name, bdf, gpu, "0x" + hca_guid(seed, host, name), "MT23" + digest[8:12].hex().upper()[:8], numa)
 
 
+#: A rail's ConnectX-7 card as ``lspci -vv`` prints its VPD (the fields and their order as a CX7 HHHL card's in a
+#: public capture: linux-pci's VPD thread and NVIDIA/DOCA issue outputs; the part is the single-port NDR OSFP card).
+RAIL_CARD = ("NVIDIA ConnectX-7 HHHL adapter Card, 400GbE / NDR IB (default mode), Single-port OSFP, PCIe 5.0 x16, "
+             "Crypto Disabled, Secure Boot Enabled", "MCX75310AAS-NEAT", "CX75310A")
+#: The HGX B200/B300 baseboard's ConnectX-7 bridge. Its four functions' VPD carries ``SMDL=SW_MNG``, the field by
+#: which NVIDIA's fabric manager start script tells an NVSwitch management function (LPF) from a NIC (the FM user
+#: guide, as siderolabs/extensions' nvidia-fabricmanager-wrapper replicates it: it searches the raw VPD bytes, so
+#: which keyword holds it is ours to choose; here the ``VA`` list). Four LPFs named after the rails, mlx5_8-11 on
+#: an 8-rail host, as siderolabs/extensions#893 shows an HGX B200's.
+BRIDGE_CARD = ("NVIDIA ConnectX-7 NVSwitch bridge, HGX baseboard", "699-2G1xx-0000-000", "CX7BRIDGE")
+BRIDGE_BUS = 0x0C
+BRIDGE_FUNCTIONS = 4
+
+
+def card_vpd(card: tuple[str, str, str], serial: str, function: int, *, management: bool = False,
+             ) -> tuple[tuple[str, str], ...]:
+    """A ConnectX card's VPD fields (``PciDevice.vpd``): the product name first, then the read-only fields."""
+    product, part, model = card
+    vendor_list = f"MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:MODL={model}" + (":SMDL=SW_MNG" if management else "")
+    return (("", product), ("PN", part), ("EC", "A7"), ("V2", part), ("SN", serial),
+            ("V3", _digest(serial).hex()[:32]), ("VA", vendor_list), ("V0", "PCIeGen5 x16"),
+            ("VU", f"{serial}MLNXS0D0F{function}"))
+
+
+def _bridge(hardware: NodeHardware, seed: int, first_index: int) -> None:
+    """The NVSwitch bridge of an HGX Blackwell baseboard (``BRIDGE_CARD``): a root port and the card's four
+    functions, each an ``mlx5_*`` device with a port of its own (``NodeHardware.bridge_ports``)."""
+    root = f"0000:{BRIDGE_BUS:02x}:01.0"
+    hardware.devices.append(PciDevice(root, "root_port", INTEL, 0x352A, 0x060400, 0, None, LinkConfig(5, 16, 5, 16),
+                                      True, "pcieport", secondary_bus=BRIDGE_BUS + 1, port_number=1))
+    serial = "MT24" + _digest(seed, hardware.host, "bridge")[:4].hex().upper()
+    for function in range(BRIDGE_FUNCTIONS):
+        bdf = f"0000:{BRIDGE_BUS + 1:02x}:00.{function}"
+        hardware.devices.append(PciDevice(bdf, "hca", MELLANOX, HCA_DEVICE_ID, 0x020700, 0, root,
+                                          LinkConfig(5, 16, 5, 16), False, "mlx5_core",
+                                          vpd=card_vpd(BRIDGE_CARD, serial, function, management=True)))
+        hardware.bridge_ports.append(_hca(seed, hardware.host, f"mlx5_{first_index + function}", bdf, -1, 0))
+
+
 def describe_tray(host: str, profile: HardwareProfile, seed: int) -> NodeHardware:
     """A GB200/GB300 compute tray (module docstring): up to four GPUs, each in its PCI domain behind a Grace root
     port at Gen4 x1, NICs in domains of their own, two Graces (NUMA 0 and 1), aarch64 unless the profile says
@@ -211,14 +256,16 @@ def describe_tray(host: str, profile: HardwareProfile, seed: int) -> NodeHardwar
     for position, (name, gpu) in enumerate(sorted(profile.rails.items(), key=lambda item: item[1])):
         domain, numa = TRAY_NIC_DOMAINS[position], min(1, gpu // 2)
         root, hca_bdf = f"{domain:04x}:00:00.0", f"{domain:04x}:01:00.0"
+        hca = _hca(seed, host, name, hca_bdf, gpu, numa)
         hardware.devices += [
             PciDevice(root, "root_port", NVIDIA, GRACE_ROOT_PORT_ID, 0x060400, numa, None, LinkConfig(5, 16, 5, 16),
                       True, "pcieport", secondary_bus=1),
             PciDevice(hca_bdf, "hca", MELLANOX, HCA_DEVICE_ID, 0x020700, numa, root,
                       LinkConfig(profile.pcie.hca.gen, profile.pcie.hca.width, profile.pcie.hca.gen,
-                                 profile.pcie.hca.width), False, "mlx5_core"),
+                                 profile.pcie.hca.width), False, "mlx5_core",
+                      vpd=card_vpd(RAIL_CARD, hca.serial, 0)),
         ]
-        hardware.hcas.append(_hca(seed, host, name, hca_bdf, gpu, numa))
+        hardware.hcas.append(hca)
     hardware.hcas.sort(key=lambda hca: int(hca.name.split("_")[1]))
     return hardware
 
@@ -258,10 +305,13 @@ def describe(host: str, profile: HardwareProfile, seed: int) -> NodeHardware:
                                               "pcieport", secondary_bus=bus + 4, port_number=1))
             hca_bdf = f"0000:{bus + 4:02x}:00.0"
             hca_link = LinkConfig(hca_gen, profile.pcie.hca.width, hca_gen, profile.pcie.hca.width)
+            hca = _hca(seed, host, hca_of_gpu[index], hca_bdf, index, numa)
             hardware.devices.append(PciDevice(hca_bdf, "hca", MELLANOX, HCA_DEVICE_ID, 0x020700, numa, hca_port,
-                                              hca_link, False, "mlx5_core"))
-            hardware.hcas.append(_hca(seed, host, hca_of_gpu[index], hca_bdf, index, numa))
+                                              hca_link, False, "mlx5_core", vpd=card_vpd(RAIL_CARD, hca.serial, 0)))
+            hardware.hcas.append(hca)
     hardware.hcas.sort(key=lambda hca: int(hca.name.split("_")[1]))
+    if profile.gpu.model in NVSWITCH_BRIDGE_MODELS and profile.nvlink.nvswitch:
+        _bridge(hardware, seed, 1 + max((int(name.split("_")[1]) for name in profile.rails), default=-1))
     if profile.nvlink.nvswitch:
         hardware.nvswitches = 4 if model.nvlink_links >= 18 else 6
         root = f"0000:{NVSWITCH_BUS:02x}:01.0"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 CONFIG_SIZE = 4096
 
-CAP_PM, CAP_EXP = 0x01, 0x10
+CAP_PM, CAP_VPD, CAP_EXP = 0x01, 0x03, 0x10
 ECAP_AER, ECAP_ACS = 0x0001, 0x000D
 
 #: PCIe port types (Express capability register bits 7:4).
@@ -29,6 +29,7 @@ ACS_CAPABLE = 0b1011111
 
 EXP_OFFSET = 0x68
 PM_OFFSET = 0x40
+VPD_OFFSET = 0x48  # where ConnectX cards put theirs (lspci prints "Capabilities: [48] Vital Product Data")
 AER_OFFSET = 0x100
 ACS_OFFSET = 0x220
 
@@ -54,8 +55,10 @@ def build(
     secondary_bus: int = 0,
     subordinate_bus: int = 0,
     primary_bus: int = 0,
+    vpd: bool = False,
 ) -> bytes:
-    """A 4 KiB config space: header, PM and Express capabilities, AER, and ACS when given."""
+    """A 4 KiB config space: header, PM, VPD (a card that has product data) and Express capabilities, AER, and ACS
+    when given."""
     space = bytearray(CONFIG_SIZE)
     struct.pack_into("<HH", space, 0x00, vendor, device)
     struct.pack_into("<HH", space, 0x04, 0x0547, 0x0010)  # command; status: capability list present
@@ -64,7 +67,9 @@ def build(
     if bridge:
         space[0x18], space[0x19], space[0x1A] = primary_bus, secondary_bus, subordinate_bus
     space[0x34] = PM_OFFSET
-    space[PM_OFFSET], space[PM_OFFSET + 1] = CAP_PM, EXP_OFFSET
+    space[PM_OFFSET], space[PM_OFFSET + 1] = CAP_PM, VPD_OFFSET if vpd else EXP_OFFSET
+    if vpd:  # the data itself is read through the VPD registers; the kernel serves it as sysfs ``vpd``
+        space[VPD_OFFSET], space[VPD_OFFSET + 1] = CAP_VPD, EXP_OFFSET
     struct.pack_into("<H", space, PM_OFFSET + 2, 0x0003)
     space[EXP_OFFSET], space[EXP_OFFSET + 1] = CAP_EXP, 0x00
     struct.pack_into("<H", space, EXP_OFFSET + 2, 0x0002 | (port_type << 4))

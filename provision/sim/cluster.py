@@ -132,7 +132,7 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
         }
         if node.name in places:  # a compute tray: its place in the rack, as the rack would tell it
             recipe["nvlink_domain"] = places[node.name]
-        lid += len(hardware.hcas)
+        lid += len(hardware.hcas) + len(hardware.bridge_ports)
         host_dir = node_paths(state_dir, node.name).root.parent
         previous = read_recipe(host_dir)
         if previous is not None and _same_host(previous, recipe):
@@ -172,7 +172,7 @@ def _same_host(previous: dict[str, Any], recipe: dict[str, Any]) -> bool:
     def essentials(host: dict[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in host.items() if key not in ("lid_base", "template")}
 
-    return essentials(previous) == essentials(recipe)
+    return essentials(previous) == essentials(json.loads(json.dumps(recipe)))  # as written: tuples read as lists
 
 
 def summary(manifest: dict[str, Any]) -> str:

@@ -39,10 +39,13 @@ def hardware_from_dict(data: dict[str, Any]) -> NodeHardware:
         gpu_model=data["gpu_model"],
         gpus=[Gpu(**gpu) for gpu in data["gpus"]],
         hcas=[Hca(**hca) for hca in data["hcas"]],
-        devices=[PciDevice(**{**device, "link": LinkConfig(**device["link"])}) for device in data["devices"]],
+        devices=[PciDevice(**{**device, "link": LinkConfig(**device["link"]),
+                              "vpd": tuple(tuple(item) for item in device.get("vpd", ()))})
+                 for device in data["devices"]],
         nvswitches=data["nvswitches"],
         machine=data.get("machine", "x86_64"),
         platform=data.get("platform", "hgx"),
+        bridge_ports=[Hca(**hca) for hca in data.get("bridge_ports", [])],
     )
 
 

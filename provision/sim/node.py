@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
+from provision.hostmodel import vpd
 from provision.hostmodel.devices import NodeHardware, PciDevice
 from provision.hostmodel.pciconfig import SPEEDS
 from provision.sim.files import replace_file
@@ -74,7 +75,7 @@ def materialize_shared(root: Path, hardware: NodeHardware, *, kernel: str, link_
     sys_root = root / "sys"
     for device in hardware.devices:
         _write_pci_device(sys_root, hardware, device)
-    for hca in hardware.hcas:
+    for hca in hardware.hcas + hardware.bridge_ports:
         device_dir = sys_root / sysfs_path(hardware, hca.bdf) / "infiniband" / hca.name
         _write_ib_device(device_dir, link_rate)
         (sys_root / "class" / "infiniband").mkdir(parents=True, exist_ok=True)
@@ -121,7 +122,7 @@ def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int, kerne
     write(root / "proc/modules", "")
     for cpu in range(SIM_CPUS):
         write(root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", "schedutil\n")
-    for offset, hca in enumerate(hardware.hcas):
+    for offset, hca in enumerate(hardware.hcas + hardware.bridge_ports):
         device_dir = root / "sys" / "class" / "infiniband" / hca.name
         raw = hca.node_guid.removeprefix("0x")
         dotted = ":".join(raw[index : index + 4] for index in range(0, 16, 4))
@@ -184,6 +185,9 @@ def _write_pci_device(sys_root: Path, hardware: NodeHardware, device: PciDevice)
     for name, value in files.items():
         write(directory / name, value)
     write(directory / "config", device.config(0))
+    if device.vpd:  # the kernel serves the card's product data read through its VPD capability
+        (_, product), *fields = device.vpd
+        write(directory / "vpd", vpd.encode(product, list(fields)))
     driver_dir = sys_root / "bus" / "pci" / "drivers" / device.driver
     driver_dir.mkdir(parents=True, exist_ok=True)
     os.symlink(os.path.relpath(driver_dir, directory), directory / "driver")

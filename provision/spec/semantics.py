@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.catalog import DCGM_LEVEL_TESTS, DCGM_OPTIONAL_TESTS, GPU_MODELS, dcgm_tests
+from provision.catalog import (
+    DCGM_LEVEL_TESTS,
+    DCGM_OPTIONAL_TESTS,
+    GPU_MODELS,
+    NVSWITCH_BRIDGE_MODELS,
+    dcgm_tests,
+)
 from provision.hostmodel.devices import describe
 from provision.spec.acceptance import required_node_hours, required_soak_hours
 from provision.spec.faults import CATALOG, FaultKind, resolve_params, target_problem
@@ -226,7 +232,7 @@ def _check_profiles(spec: ClusterSpec, problems: list[Problem]) -> None:
 #: reach Grace over NVLink-C2C) and GPU-NIC affinity SYS everywhere (field guide 8.1-8.3).
 NVL_TRAY_MODELS = frozenset({"GB200-186GB", "GB300-288GB"})
 #: HGX Blackwell boards: their fabric manager starts NVLSM (field guide 8.1).
-NVLSM_MODELS = frozenset({"B200-SXM-180GB", "B300-SXM-288GB"})
+NVLSM_MODELS = NVSWITCH_BRIDGE_MODELS
 
 
 def _check_platform(base: Path_, profile: HardwareProfile, problems: list[Problem]) -> None:

@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from provision.hostmodel import pciconfig
+from provision.hostmodel import pciconfig, vpd
 from provision.hostmodel.pciconfig import CAP_EXP, ECAP_ACS, ECAP_AER, SPEEDS
 from provision.sim.files import replace_file
 from provision.sim.tools.common import ToolError, not_simulated, privileged
@@ -82,6 +82,10 @@ def describe(bdf: str, directory: Path, verbosity: int, *, domains: bool) -> lis
             lines.append(f"\tCapabilities: [{offset:02x}] Express (v2) {PORT_TYPES.get(port_type, 'Unknown')}, MSI 00")
             if verbosity >= 2:
                 lines += _link_lines(space, offset)
+        elif cap_id == pciconfig.CAP_VPD:
+            lines.append(f"\tCapabilities: [{offset:02x}] Vital Product Data")
+            if verbosity >= 2:
+                lines += _vpd_lines(directory)
     for cap_id, (offset, version) in sorted(pciconfig.extended_capabilities(space).items(), key=lambda item: item[1]):
         if cap_id == ECAP_AER:
             lines.append(f"\tCapabilities: [{offset:03x} v{version}] Advanced Error Reporting")
@@ -92,6 +96,24 @@ def describe(bdf: str, directory: Path, verbosity: int, *, domains: bool) -> lis
                 lines.append("\t\tACSCap:\t" + _flags(capability))
                 lines.append("\t\tACSCtl:\t" + _flags(control))
     return _with_driver(lines, directory)
+
+
+#: How lspci names a VPD keyword (its ls-vpd.c table; the V* and Y* ranges are vendor's and system's own).
+VPD_KEYWORDS = {"PN": "Part number", "EC": "Engineering changes", "MN": "Manufacture ID", "SN": "Serial number"}
+
+
+def _vpd_lines(directory: Path) -> list[str]:
+    """The card's product data as lspci -vv prints it from sysfs ``vpd``."""
+    try:
+        product, fields, checksum_good = vpd.decode((directory / "vpd").read_bytes())
+    except (OSError, ValueError):
+        return ["\t\tNot readable"]
+    lines = [f"\t\tProduct Name: {product}", "\t\tRead-only fields:"]
+    for keyword, value in fields:
+        name = VPD_KEYWORDS.get(keyword, {"V": "Vendor specific", "Y": "System specific"}.get(keyword[0], "Unknown"))
+        lines.append(f"\t\t\t[{keyword}] {name}: {value}")
+    lines += [f"\t\t\t[RV] Reserved: checksum {'good' if checksum_good else 'bad'}, 1 byte(s) reserved", "\t\tEnd"]
+    return lines
 
 
 def _with_driver(lines: list[str], directory: Path) -> list[str]:

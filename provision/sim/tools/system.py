@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from provision.catalog import NVSWITCH_BRIDGE_MODELS
 from provision.hostmodel.pciconfig import ECAP_ACS, extended_capabilities, write
 from provision.sim import kernel_log
 from provision.sim.files import replace_file
@@ -48,7 +49,7 @@ DEPENDS = {"nvidia_peermem": ["nvidia", "ib_core"], "nvidia_uvm": ["nvidia"], "n
            "mlx5_ib": ["mlx5_core", "ib_core"], "ib_umad": ["ib_core"]}
 #: GPUs whose NVSwitches the fabric manager manages through NVLSM (HGX Blackwell, field guide 8.1): without NVLSM
 #: installed and the bridge ports' mlx5_ib and ib_umad loaded it exits (NV_WARN_NOTHING_TO_DO) once started.
-NVLSM_GPUS = ("B200-SXM-180GB", "B300-SXM-288GB")
+NVLSM_GPUS = NVSWITCH_BRIDGE_MODELS
 PEERMEM_VERSION = "1.1-0"
 
 
