@@ -119,6 +119,15 @@ def _concluded(loaded: LoadedSpec, run: DomainRun, judged: DomainJudgement | Non
     return verdicts
 
 
+#: How far apart two domains' largest messages may be and their busbw still be compared: each domain's sizes are
+#: rounded down to a multiple of its ranks (65,520 B over 15 ranks, 65,536 over 16), not the same bytes.
+COMPARABLE_SIZES = 0.9
+
+
+def _comparable(size: int, other: int) -> bool:
+    return min(size, other) >= COMPARABLE_SIZES * max(size, other)
+
+
 def run_domain_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: Path, *, port: int,
                      evidence_dir: Path, launcher: Launcher = launch) -> list[NodeVerdict]:
     """Every NVLink domain among ``nodes``, one after another; an HGX node is its own NVLink domain (the node
@@ -147,7 +156,7 @@ def run_domain_stage(loaded: LoadedSpec, nodes: list[ResolvedNode], state_dir: P
             first = run.trays[0]
             limits = stage_limits(loaded, first)
             peers = [max(other.busbw.items())[1] for other in runs if other is not run and other.busbw
-                     and max(other.busbw) == max(run.busbw) and not other.stopped]
+                     and _comparable(max(other.busbw), max(run.busbw)) and not other.stopped]
             judged = judge_domain_collectives(
                 run.name, run.busbw, run.said, model=loaded.spec.hardware[first.hardware].gpu.model,
                 gpus=len(run.trays) * (loaded.spec.burnin.ranks_per_node

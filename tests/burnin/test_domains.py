@@ -27,8 +27,13 @@ class GpuLaunches:
     """Answers each launch as GPU workers would: every rank measured the all_reduce at each size at ``busbw``
     GB/s (a domain's own figure), its node's output NCCL's lines from ``logs`` (per tray, else the healthy one)."""
 
+    device = "cuda"
+
     def __init__(self, busbw: dict[str, float], logs: dict[str, str] | None = None) -> None:
         self.busbw, self.logs, self.launched = busbw, logs or {}, []
+
+    def message_bytes(self, size: int, ranks: int) -> int:
+        return size
 
     def __call__(self, loaded: Any, state_dir: Path, nodes: list[Any], *, test: str, nproc: int,
                  params: dict[str, Any], deadline_s: float, port: int | None = None) -> LaunchResult:
@@ -40,12 +45,14 @@ class GpuLaunches:
             records: list[dict[str, Any]] = []
             for local in range(nproc):
                 rank = node_rank * nproc + local
-                for size in params["sizes"]:
+                for asked in params["sizes"]:
+                    size = self.message_bytes(asked, ranks)
                     seconds = size / (gbps * ranks / (2 * (ranks - 1)) * 1e9)
                     records += [{"type": "measurement", "rank": rank, "scope": "all", "op": "all_reduce",
                                  "bytes": size, "ranks": ranks, "time_us": seconds * 1e6, "correct": True}
                                 for _ in range(params["iters"])]
-                records.append({"type": "result", "rank": rank, "local_rank": local, "device": f"cuda:{local}",
+                records.append({"type": "result", "rank": rank, "local_rank": local,
+                                "device": f"cuda:{local}" if self.device == "cuda" else "cpu",
                                 "measurements": len(params["sizes"]) * params["iters"], "outside_s": 0.01,
                                 "calls": 10})
             records.append({"type": "agent", "node": node.name, "node_rank": node_rank, "seconds": 2.0,
@@ -54,6 +61,16 @@ class GpuLaunches:
             log = (DATA / self.logs.get(node.name, "nccl_debug_mnnvl_nvls.log")).read_text()
             runs.append(NodeRun(node.name, node_rank, CommandResult(("python3",), 0, log, "", 2.0), records))
         return LaunchResult(test, runs, nproc)
+
+
+class CpuLaunches(GpuLaunches):
+    """The simulator's CPU workers: each size rounded down to a multiple of the ranks, as the workers' all_reduce
+    sizes its tensor (fabric_tests/collectives.py), so domains of different tray counts measure different bytes."""
+
+    device = "cpu"
+
+    def message_bytes(self, size: int, ranks: int) -> int:
+        return max(ranks, size // 4 // ranks * ranks) * 4
 
 
 @pytest.fixture
@@ -118,3 +135,16 @@ def test_the_specs_domain_busbw_fraction_is_what_a_domain_is_held_to(tmp_path: P
     held = _run(strict, strict_dir, GpuLaunches({"rack1": 800.0}), trays)
     assert all(verdict.waiting and "below 830.6 GB/s (0.99 x 839" in verdict.reason for verdict in held.values()), {
         name: verdict.reason for name, verdict in held.items()}
+
+
+def test_cpu_domains_of_different_sizes_are_still_compared(loaded: Any, tmp_path: Path) -> None:
+    """rack1's three trays and rack2's two measure 65,520 and 65,536 bytes (multiples of 6 and 4 ranks at 2 a
+    tray): still the same message to compare, so a degraded rack2 is held, not recorded as alone (the whole GB200
+    example's 15- and 16-tray domains once passed a degraded switch tray so)."""
+    launcher = CpuLaunches({"rack1": 0.02, "rack2": 0.002})
+    verdicts = _run(loaded, tmp_path, launcher, ["gb001", "gb002", "gb003", "gb004", "gb005"])
+    report = {row["domain"]: row for row in json.loads((tmp_path / "ev" / "nvlink-domains.json").read_text())}
+    assert max(map(int, report["rack1"]["busbw"])) != max(map(int, report["rack2"]["busbw"])), report
+    assert {name for name, verdict in verdicts.items() if verdict.passed} == {"gb001", "gb002", "gb003"}
+    assert all(verdicts[tray].waiting and "slow with no tray to blame" in verdicts[tray].reason
+               for tray in ("gb004", "gb005")), {name: verdict.reason for name, verdict in verdicts.items()}
