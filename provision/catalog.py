@@ -54,6 +54,10 @@ GPU_MODELS: dict[str, GpuModel] = {
 #: NVLSM, not through PCIe (field guide 8.1): the bridge's functions show in ``ibstat`` beside the rails.
 NVSWITCH_BRIDGE_MODELS = frozenset({"B200-SXM-180GB", "B300-SXM-288GB"})
 
+#: Blackwell GPUs (NVLink 5): ``nvidia-smi nvlink -e`` prints their counters under other names than Hopper's (the
+#: errors, the recovery events, and statistics beside them: field guide 8.3).
+NVLINK5_MODELS = frozenset({"B200-SXM-180GB", "B300-SXM-288GB", "GB200-186GB", "GB300-288GB"})
+
 #: NCCL all_reduce busbw over one whole NVLink domain (MNNVL with NVLS), by GPUs in the domain, large messages:
 #: what a domain's collectives stage is judged against (field guide 8.4): GB200, 72 GPUs, 839 GB/s out of place at
 #: 4 GB (CoreWeave's nccl-tests README, NCCL 2.26.2); 64 GPUs (16 trays), 932 GB/s at 32 GB (OCI via dranet);

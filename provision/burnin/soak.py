@@ -26,6 +26,7 @@ from pathlib import Path
 
 from provision.burnin import node_stage
 from provision.burnin.verdict import NodeVerdict, judge
+from provision.catalog import GPU_MODELS
 from provision.checks import preflight, soak
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import kernel_log, nvidia_smi
@@ -61,7 +62,8 @@ def limits(loaded: LoadedSpec, node: ResolvedNode, settings: Soak) -> soak.SoakL
     return soak.SoakLimits(throttle_polls=settings.throttle_polls, ib_errors_per_hour=rates,
                            hardware_xids=preflight.HARDWARE_XIDS, gpus=profile.gpu.count, ports=rails,
                            clock_drift_fraction=settings.clock_drift_fraction,
-                           throughput_drift_fraction=settings.throughput_drift_fraction)
+                           throughput_drift_fraction=settings.throughput_drift_fraction,
+                           nvlink_links=GPU_MODELS[profile.gpu.model].nvlink_links if profile.nvlink.present else 0)
 
 
 def poll(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.GpuTelemetry]], *,
@@ -125,6 +127,24 @@ def _poll_slow(session: HostSession, bus_index: dict[str, str], values: dict[str
         values["xid/read"] = 1.0  # the log was read: an absent xid series then means none, not unread
     else:
         problems.append(log.problem())
+    _poll_nvlink_recovery(session, values, problems)
+
+
+def _poll_nvlink_recovery(session: HostSession, values: dict[str, float], problems: list[str]) -> None:
+    """Each NVLink's recovery events where it has any (``checks.soak._nvlink_recovery``), and that the listing was
+    read; a host without NVLink answers with no GPU listed, which reads as a read with no events."""
+    listed = session.run(nvidia_smi.NVLINK_ERRORS.argv, COMMAND_TIMEOUT_S)
+    if not listed.ok:
+        problems.append(listed.problem())
+        return
+    for gpu in nvidia_smi.NVLINK_ERRORS.parse(listed.stdout).gpus:
+        for link, counters in gpu.links.items():
+            events = gpu.recovery_events(link)
+            if events:
+                values[f"gpu{gpu.index}/nvlink{link}/recovery"] = float(events)
+            if counters.get("Link recovery failed events"):
+                values[f"gpu{gpu.index}/nvlink{link}/recovery_failed"] = float(counters["Link recovery failed events"])
+    values["nvlink/read"] = 1.0
 
 
 def round_throughput(directory: Path) -> dict[str, dict[str, float]]:

@@ -21,6 +21,7 @@ Each finding names the GPU or port, the first and last poll that show it, and th
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -53,13 +54,16 @@ class SoakLimits:
     throughput_drift_fraction: float = 0.1
     #: Busy GPUs a poll needs for their median to be a reference for each of them.
     min_mates: int = 3
+    #: NVLinks a GPU has (0: none in the spec): their recovery events are read at the slow polls.
+    nvlink_links: int = 0
 
 
 def judge(series: dict[str, list[Sample]], limits: SoakLimits) -> list[CheckResult]:
     """The node's soak checks over its series (``xid/<code>/<pci>``: how many of that Xid the kernel log held at
     each read; ``xid/read``: a read of the log happened)."""
     return [_telemetry(series, limits), _throttle(series, limits), _clocks(series, limits),
-            _throughput(series, limits), _memory(series, limits), _ib_errors(series, limits), _xids(series, limits)]
+            _throughput(series, limits), _memory(series, limits), _ib_errors(series, limits), _xids(series, limits),
+            _nvlink_recovery(series, limits)]
 
 
 def xids_of(series: dict[str, list[Sample]]) -> list[tuple[float, int, str]]:
@@ -267,3 +271,54 @@ def _xids(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
                            f"{xids[0][1]}", "read the application's side", [f"Xid {c} at {a / 3600:.2f} h"
                                                                             for a, c, _p in xids])
     return CheckResult("soak_xid", Outcome.OK, "no Xid through the soak")
+
+
+#: Series of each NVLink's recovery events (``gpu<i>/nvlink<l>/recovery``, ``.../recovery_failed``), kept where a
+#: read found any (a GPU has 18 links: a series for each would be most of the store), with ``nvlink/read`` at
+#: every read of ``nvidia-smi nvlink -e``: a link with no series then had none.
+_RECOVERY = re.compile(r"^gpu(\d+)/nvlink(\d+)/(recovery|recovery_failed)$")
+
+
+def _steps(samples: list[Sample], base: float) -> list[Sample]:
+    """The samples at which the count rose, from ``base``."""
+    rose: list[Sample] = []
+    previous = base
+    for sample in samples:
+        if sample.value > previous:
+            rose.append(sample)
+        previous = max(previous, sample.value)
+    return rose
+
+
+def _nvlink_recovery(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
+    """Each NVLink's recovery events through the soak (Blackwell's successful and failed ones, Hopper's Recovery
+    Errors). A link whose events keep growing preceded an Xid 149 by five days on a GB200 NVL72 (marin-community/
+    marin #8934; field guide 8.3): growth at two reads or more fails the node, a failed recovery at once, a single
+    step warns. Events from before the soak are the link's history, not the soak's."""
+    if not limits.nvlink_links:
+        return CheckResult("soak_nvlink_recovery", Outcome.SILENCED, "no NVLink in the spec")
+    reads = series.get("nvlink/read", [])
+    if len(reads) < limits.min_polls:
+        return CheckResult("soak_nvlink_recovery", Outcome.UNKNOWN, f"nvidia-smi nvlink -e was read {len(reads)} "
+                           "time(s) in the soak: a link's recovery events could have gone unseen",
+                           "run nvidia-smi nvlink -e on the node by hand and re-run")
+    failed: list[str] = []
+    warned: list[str] = []
+    for name, samples in sorted(series.items()):
+        found = _RECOVERY.match(name)
+        if not found:
+            continue
+        base = samples[0].value if samples[0].at_s <= reads[0].at_s else 0.0
+        rose = _steps(samples, base)
+        if not rose:
+            continue
+        what = "failed recoveries" if found.group(3) == "recovery_failed" else "recovery events"
+        said = (f"gpu{found.group(1)} NVLink {found.group(2)}: {what} from {base:g} to {samples[-1].value:g}, up at "
+                f"{len(rose)} read(s) from {rose[0].at_s / 3600:.2f} h")
+        (failed if found.group(3) == "recovery_failed" or len(rose) >= 2 else warned).append(said)
+    remediation = ("the link keeps retraining: reset the GPU and soak again; if it grows again, its NVLink cartridge "
+                   "or the switch tray (NMX) before it ends in an Xid 149")
+    if failed:
+        return _result("soak_nvlink_recovery", failed + warned, "", remediation)
+    return _result("soak_nvlink_recovery", warned, f"no NVLink recovery event through the soak ({len(reads)} reads)",
+                   remediation, outcome=Outcome.WARNING)

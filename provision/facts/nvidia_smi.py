@@ -198,13 +198,34 @@ class NvlinkErrorsGpu:
     index: int
     name: str
     uuid: str
-    links: dict[int, dict[str, int]] = field(default_factory=dict)  # link -> counter name -> count
+    links: dict[int, dict[str, int]] = field(default_factory=dict)  # link -> error counter name -> count
+    #: What the driver prints beside the errors (Blackwell): traffic (``Tx packets``), corrected codewords by symbols
+    #: fixed (``FEC Errors - 0`` reads in the billions on a healthy link), BERs (``15e-255`` is the floor), raw
+    #: pre-correction lane counters (non-zero on a healthy link), PLR blocks and the recovery events' total: link ->
+    #: name -> value as printed. None is an error count.
+    statistics: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def total(self, link: int) -> int:
         return sum(self.links[link].values())
 
+    def recovery_events(self, link: int) -> int | None:
+        """A link's recovery events since the driver loaded: Blackwell's successful and failed ones, Hopper's
+        ``Recovery Errors``; None where the listing has no such counter for it."""
+        counters = self.links.get(link, {})
+        named = [counters[name] for name in RECOVERY_COUNTERS if name in counters]
+        return sum(named) if named else None
 
-_LINK_COUNTER = re.compile(r"^Link (\d+): ([A-Za-z][A-Za-z ]*?): (\d+)$")
+
+_LINK_COUNTER = re.compile(r"^Link (\d+): ([A-Za-z][A-Za-z0-9 \-]*?): (\S+)$")
+#: Error counters as the drivers name them: Hopper's three (R535) and Blackwell's (R570+: the names a B300 prints
+#: on 595.91.07). A name that ends so but is one of the statistics below is not one.
+_ERROR_NAME = re.compile(r"(Errors|events|discards)$")
+#: What Blackwell's listing prints that is no error count (``NvlinkErrorsGpu.statistics``): the recovery events'
+#: total is their sum, counted once through the successful and failed ones.
+_STATISTIC_NAME = re.compile(r"^(Tx|Rx) (packets|bytes)$|BER|^Raw |^PLR |^FEC Errors - \d+$"
+                             r"|^Total link recovery events$")
+#: The recovery counters a link's trend is read from (the soak): Blackwell's, then Hopper's.
+RECOVERY_COUNTERS = ("Link recovery successful events", "Link recovery failed events", "Recovery Errors")
 
 
 @dataclass
@@ -218,10 +239,12 @@ class NvlinkErrors:
 
 
 def parse_nvlink_errors(text: str) -> NvlinkErrors:
-    """``nvidia-smi nvlink -e``: per GPU, per link, each counter the driver prints (Replay, Recovery and CRC
-    Errors up to Hopper; other names on newer GPUs are kept as printed). Counts are since the driver loaded. A
-    ``Link N: ...`` line that is not a counter, or a count before any GPU, is refused; any other line is counted
-    as not recognised."""
+    """``nvidia-smi nvlink -e``: per GPU, per link, each error counter the driver prints (Replay, Recovery and CRC
+    Errors up to Hopper; Blackwell's Rx, integrity, discards and recovery events) and, apart, the statistics
+    Blackwell prints beside them (never an error count: a healthy link's corrected codewords number in the
+    billions). Counts are since the driver loaded. A ``Link N: ...`` line that is not a counter, an error count
+    that is not a whole number, or a count before any GPU, is refused; a counter name that is neither an error
+    nor a known statistic, and any other line, is counted as not recognised."""
     read = NvlinkErrors()
     for raw in text.replace("\r\n", "\n").split("\n"):
         line = raw.strip()
@@ -232,15 +255,28 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
             read.gpus.append(NvlinkErrorsGpu(int(head.group(1)), head.group(2), head.group(3)))
             continue
         counter = _LINK_COUNTER.match(line)
-        if counter and read.gpus:
-            read.gpus[-1].links.setdefault(int(counter.group(1)), {})[counter.group(2)] = int(counter.group(3))
-        elif line.startswith("Link ") or counter:
-            raise ValueError(f"not an NVLink error counter: {line[:120]!r}")
+        if not counter or not read.gpus:
+            if line.startswith("Link ") or counter:
+                raise ValueError(f"not an NVLink error counter: {line[:120]!r}")
+            _unrecognised(read, line)
+            continue
+        link, name, value = int(counter.group(1)), counter.group(2), counter.group(3)
+        gpu = read.gpus[-1]
+        if _STATISTIC_NAME.search(name):
+            gpu.statistics.setdefault(link, {})[name] = value
+        elif _ERROR_NAME.search(name):
+            if not value.isdigit():
+                raise ValueError(f"not an NVLink error count: {line[:120]!r}")
+            gpu.links.setdefault(link, {})[name] = int(value)
         else:
-            read.unrecognised += 1
-            if len(read.samples) < 3:
-                read.samples.append(line[:120])
+            _unrecognised(read, line)
     return read
+
+
+def _unrecognised(read: NvlinkErrors, line: str) -> None:
+    read.unrecognised += 1
+    if len(read.samples) < 3:
+        read.samples.append(line[:120])
 
 
 #: ``nvidia-smi topo -m``'s PCIe relations, nearest first (NV# is NVLink, X the device itself).

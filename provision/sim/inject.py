@@ -167,6 +167,13 @@ def nvlink_errors_growing(node: NodeContext, params: dict[str, Any], target: str
                                                "since": time.time() - 3600}
 
 
+def nvlink_recovery_growing(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
+    """From now on the simulated clock, the GPU's ``link`` retrains ``per_hour`` times an hour (nvidia-smi
+    nvlink -e counts them as recovery events)."""
+    node.gpu(target)["nvlink_recovery_growth"] = {"link": params["link"], "per_hour": params["per_hour"],
+                                                  "since": time.time()}
+
+
 def row_remap_pending(node: NodeContext, params: dict[str, Any], target: str | None) -> None:
     gpu = node.gpu(target)
     gpu["remap_pending"] = True
@@ -340,6 +347,7 @@ INJECTORS: dict[str, Injector] = {
     "peermem_unregistered": peermem_unregistered, "gpu_missing": gpu_missing, "pcie_downtrained": pcie_downtrained,
     "xid": xid, "ecc_uncorrectable": ecc_uncorrectable, "row_remap_pending": row_remap_pending,
     "thermal_throttle": thermal_throttle, "nvlink_errors_growing": nvlink_errors_growing,
+    "nvlink_recovery_growing": nvlink_recovery_growing,
     "hca_port_down": hca_port_down, "ib_link_low_rate": ib_link_low_rate, "rails_swapped": rails_swapped,
     "fabricmanager_down": fabricmanager_down, "mig_enabled": mig_enabled,
     "perftest_without_cuda": perftest_without_cuda, "application_clocks_low": application_clocks_low,

@@ -183,6 +183,12 @@ CATALOG: dict[str, FaultKind] = {kind.name: kind for kind in (
               "doubling_h hours (a link degrading, as the GB200 NVLink of marin-community/marin #8934 did over "
               "five days): the soak's forecast flags it before its count passes the allowance",
               {"per_hour": Param(float, 500.0, 0.01, 1e9), "doubling_h": Param(float, 0.0, 0.0, 2000.0)}),
+    FaultKind("nvlink_recovery_growing", "node", _GPU, "soak", "soak_nvlink_recovery",
+              "one NVLink of the GPU keeps retraining: its recovery events grow by per_hour from the fault's start "
+              "(Blackwell's Link recovery successful events, Hopper's Recovery Errors), as a GB200 NVL72 link's did "
+              "for five days before its Xid 149 (marin-community/marin #8934); none at preflight, the soak's "
+              "recovery trend fails the node",
+              {"link": Param(int, 5, 0, 17), "per_hour": Param(float, 6.0, 0.01, 1e7)}),
     # A GB200/GB300 compute tray's own faults (field guide 8.2-8.3): caught by preflight's NVLink-domain checks.
     FaultKind("fabric_insufficient_resources", "node", _GPU, "preflight", "gpu_fabric",
               "the switch trays' NMX could not place the GPU in an NVLink partition: its Fabric block reads State "

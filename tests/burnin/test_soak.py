@@ -31,6 +31,8 @@ FAULTS = [
      "params": {"per_hour": 1, "doubling_h": 4}},
     # its clock sags to 0.75 of its mates' under load, naming no reason, some hours into the soak
     {"kind": "clock_sag", "node": "sim04", "target": "gpu2", "params": {"after_h": 8, "factor": 0.75}},
+    # one NVLink retraining about once an hour from injection (what preceded a GB200's Xid 149 by five days)
+    {"kind": "nvlink_recovery_growing", "node": "sim05", "target": "gpu3", "params": {"link": 5, "per_hour": 1}},
 ]
 
 
@@ -56,7 +58,7 @@ def soaked(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # a simulated hour in two real seconds: at one a second, the CI of stop 62 (both workers' clusters on two cores)
     # polled every five simulated hours and started the load late, so the sagging GPU was seen busy in fewer than
     # the three polls that fail a node and its node was admitted; on this clock the same pace is twice the polls
-    spec = _soak_spec(tmp_path_factory.mktemp("soak"), FAULTS, "sim[01-04]", time_scale=1800)
+    spec = _soak_spec(tmp_path_factory.mktemp("soak"), FAULTS, "sim[01-05]", time_scale=1800)
     provision(spec)
     result = run_cli("burnin", str(spec), "--json", timeout=600)
     assert result.stdout, result.stderr
@@ -123,14 +125,14 @@ def test_a_degrading_link_is_forecast_before_its_count_passes_the_allowance(soak
 
 def test_the_acceptance_says_what_the_soak_demonstrated(soaked: dict, tmp_path: Path) -> None:
     text = str(soaked["payload"])
-    assert "3 failure(s) in 96 node-hours" in text, text[-2000:]
+    assert "4 failure(s) in 120 node-hours" in text, text[-2000:]
     html = tmp_path / "report.html"
     result = run_cli("report", str(soaked["spec"]), "--output", str(html), timeout=120)
     assert result.returncode == 0, result.stderr
     page = html.read_text()
-    assert "Soak: 3 failure(s) in 96 node-hours" in page
+    assert "Soak: 4 failure(s) in 120 node-hours" in page
     soak = page[page.index('<section id="soak">'):page.index('<section id="fabric">')]
-    for node in ("sim02", "sim03", "sim04"):  # every failed node's telemetry, with a healthy one for reference
+    for node in ("sim02", "sim03", "sim04", "sim05"):  # every failed node's telemetry, with a healthy one for reference
         assert f"<h3>{node} — failed the soak</h3>" in soak
     assert "<h3>sim01</h3>" in soak and 'aria-label="sim04: SM clock"' in soak
     assert 'class="point flagged"' in soak  # the sagging GPU drawn in red

@@ -26,6 +26,7 @@ def _healthy(hours: int = 6, gpus: int = 2, ports: tuple[str, ...] = ("mlx5_0",)
         series[f"gpu{gpu}/ecc_uncorrected_volatile"] = [S(h * H, 0.0) for h in range(hours)]
         series[f"gpu{gpu}/remap_pending"] = [S(h * H, 0.0) for h in range(hours)]
     series["xid/read"] = [S(h * H, 1.0) for h in range(hours)]
+    series["nvlink/read"] = [S(h * H, 1.0) for h in range(hours)]  # nvidia-smi nvlink -e read, no recovery event
     for port in ports:
         for counter, start in (("symbol_error", 3.0), ("link_downed", 1.0), ("port_rcv_errors", 0.0)):
             series[f"{port}/{counter}"] = [S(h * H, start) for h in range(hours)]  # counters only grow
@@ -33,6 +34,7 @@ def _healthy(hours: int = 6, gpus: int = 2, ports: tuple[str, ...] = ("mlx5_0",)
 
 
 def _judged(series: dict[str, list[S]], **limits: object) -> dict[str, tuple[Outcome, str]]:
+    limits.setdefault("nvlink_links", 18)
     settings = SoakLimits(gpus=2, ports=("mlx5_0",), hardware_xids=frozenset({48, 79}), **limits)  # type: ignore[arg-type]
     return {result.check: (result.outcome, result.message) for result in judge(series, settings)}
 
@@ -284,3 +286,31 @@ def test_two_rounds_are_too_few_for_a_throughput_trend() -> None:
     judged = {r.check: r for r in judge(_rounds({3: [0.5, 0.2]}, 2), _limits())}
     assert judged["soak_throughput"].outcome is Outcome.OK
     assert "too few for a trend" in judged["soak_throughput"].message
+
+
+def test_an_nvlink_whose_recovery_events_keep_growing_fails_and_one_step_warns() -> None:
+    """GPU 1's link 5 retrains at three reads of six (the GB200 link of marin-community/marin #8934 did so for days
+    before its Xid 149); link 2's one step warns; link 7's five events from before the soak are its history."""
+    series = _healthy()
+    series["gpu1/nvlink5/recovery"] = [S(2 * H, 1.0), S(3 * H, 3.0), S(4 * H, 3.0), S(5 * H, 6.0)]
+    series["gpu0/nvlink7/recovery"] = [S(h * H, 5.0) for h in range(6)]
+    outcome, message = _judged(series)["soak_nvlink_recovery"]
+    assert outcome is Outcome.FAILED
+    assert message.startswith("gpu1 NVLink 5: recovery events from 0 to 6, up at 3 read(s) from 2.00 h")
+    series = _healthy()
+    series["gpu0/nvlink2/recovery"] = [S(4 * H, 1.0), S(5 * H, 1.0)]
+    series["gpu0/nvlink7/recovery"] = [S(h * H, 5.0) for h in range(6)]
+    assert _judged(series)["soak_nvlink_recovery"][0] is Outcome.WARNING
+
+
+def test_a_failed_recovery_fails_at_once_and_unread_counters_are_unknown() -> None:
+    series = _healthy()
+    series["gpu0/nvlink3/recovery_failed"] = [S(5 * H, 1.0)]
+    outcome, message = _judged(series)["soak_nvlink_recovery"]
+    assert outcome is Outcome.FAILED and "failed recoveries from 0 to 1" in message
+    unread = {name: samples for name, samples in _healthy().items() if name != "nvlink/read"}
+    assert _judged(unread)["soak_nvlink_recovery"][0] is Outcome.UNKNOWN
+    assert _judged({**unread, "nvlink/read": [S(0.0, 1.0)]})["soak_nvlink_recovery"][0] is Outcome.UNKNOWN
+    assert _judged(_healthy())["soak_nvlink_recovery"] == (Outcome.OK, "no NVLink recovery event through the soak "
+                                                                      "(6 reads)")
+    assert _judged(unread, nvlink_links=0)["soak_nvlink_recovery"][0] is Outcome.SILENCED  # no NVLink in the spec

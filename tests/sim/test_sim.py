@@ -431,6 +431,22 @@ def observe_nvlink_errors_growing(host: SimHost) -> None:
     assert again[5].links[3]["CRC Errors"] >= first[5].links[3]["CRC Errors"]  # it only grows
 
 
+def observe_nvlink_recovery_growing(host: SimHost) -> None:
+    from provision.facts.nvidia_smi import parse_nvlink_errors
+
+    _install_driver(host)
+
+    def events() -> dict[tuple[int, int], int | None]:
+        read = parse_nvlink_errors(host.run("nvidia-smi", "nvlink", "-e").stdout)
+        return {(gpu.index, link): gpu.recovery_events(link) for gpu in read.gpus for link in gpu.links}
+
+    first = events()
+    time.sleep(0.05)
+    again = events()
+    assert again[(5, 2)] > first[(5, 2)] > 0  # Hopper's Recovery Errors, growing from the fault's start
+    assert {key: value for key, value in again.items() if key != (5, 2)} == dict.fromkeys(set(again) - {(5, 2)}, 0)
+
+
 def observe_rails_swapped(host: SimHost) -> None:
     links = host.root / "sys" / "class" / "infiniband"
     devices = {hca.name: hca.bdf for hca in _hardware(host).hcas}
@@ -640,6 +656,8 @@ NODE_FAULTS = {
     "row_remap_pending": ({"target": "gpu6"}, observe_row_remap_pending),
     "thermal_throttle": ({"target": "gpu7"}, observe_thermal_throttle),
     "nvlink_errors_growing": ({"target": "gpu5"}, observe_nvlink_errors_growing),
+    "nvlink_recovery_growing": ({"target": "gpu5", "params": {"link": 2, "per_hour": 1e7}},
+                                observe_nvlink_recovery_growing),
     "rails_swapped": ({"target": "mlx5_0", "params": {"with": "mlx5_3"}}, observe_rails_swapped),
     "fabricmanager_down": ({}, observe_fabricmanager_down),
     "mig_enabled": ({"target": "gpu2"}, observe_mig_enabled),

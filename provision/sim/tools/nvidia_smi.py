@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from provision.catalog import GPU_MODELS
+from provision.catalog import GPU_MODELS, NVLINK5_MODELS
 from provision.hostmodel import pciconfig
 from provision.sim.develop import hours_since
 from provision.sim.node import lines_since_boot, load_state, save_state
@@ -396,16 +396,40 @@ class Smi:
                     speed = "<inactive>" if link in inactive else f"{self.model.nvlink_link_gbps:g} GB/s"
                     out.append(f"\t Link {link}: {speed}")
             elif mode in ("-e", "--errorcounters"):
-                growth = gpu.get("nvlink_error_growth")
                 for link in links:
-                    crc = 0
-                    if growth and growth["link"] == link:  # a failing lane: CRC errors pile up, some replayed
-                        crc = int(growth["per_hour"] * hours_since(self.state, growth["since"]))
-                    for kind, count in (("Replay Errors", crc // 10), ("Recovery Errors", 0), ("CRC Errors", crc)):
-                        out.append(f"\t Link {link}: {kind}: {count}")
+                    crc = self._grown(gpu.get("nvlink_error_growth"), link)  # a failing lane: errors pile up
+                    recoveries = self._grown(gpu.get("nvlink_recovery_growth"), link)  # a link that keeps retraining
+                    hopper = [("Replay Errors", crc // 10), ("Recovery Errors", recoveries), ("CRC Errors", crc)]
+                    counters = (self._nvlink5_counters(link, crc, recoveries) if self.model.name in NVLINK5_MODELS
+                                else hopper)
+                    out += [f"\t Link {link}: {kind}: {count}" for kind, count in counters]
             else:
                 not_simulated("nvidia-smi nvlink", mode)
         print("\n".join(out))
+
+    def _grown(self, growth: dict[str, Any] | None, link: int) -> int:
+        """A fault's count on ``link`` by now: ``per_hour`` on the simulated clock since it began."""
+        if not growth or growth["link"] != link:
+            return 0
+        return int(growth["per_hour"] * hours_since(self.state, growth["since"]))
+
+    def _nvlink5_counters(self, link: int, errors: int, recoveries: int) -> list[tuple[str, object]]:
+        """A Blackwell link's counters as driver 595 prints them (the names a B300 printed, field guide 8.3): the
+        errors, the recovery events and their total, then what is no error: traffic, corrected codewords by the
+        symbols fixed (bucket 0 in the billions on a healthy link), the BER floor, raw pre-correction lane counts
+        (non-zero on a healthy link) and PLR blocks."""
+        uptime = float(self.state.get("uptime_s", 3600.0))
+        corrected = int(uptime * 10_000_000) + 1009 * link
+        return [("Tx packets", int(uptime * 1e6)), ("Rx packets", int(uptime * 1e6)),
+                ("Malformed packet Errors", 0), ("Buffer overrun Errors", 0), ("Rx Errors", errors),
+                ("Rx remote Errors", 0), ("Rx General Errors", 0), ("Local link integrity Errors", 0),
+                ("Tx discards", 0), ("Link recovery successful events", recoveries),
+                ("Link recovery failed events", 0), ("Total link recovery events", recoveries),
+                ("Effective Errors", 0), ("Effective BER", "15e-255"), ("Symbol Errors", errors // 10),
+                ("Symbol BER", "15e-255"), *((f"FEC Errors - {bucket}", corrected if bucket == 0 else 0)
+                                              for bucket in range(16)),
+                ("Raw BER Lane 0", 2061), ("Raw BER Lane 1", 1038), ("Raw BER Total", 1037),
+                ("Raw Errors Lane 0", 82), ("Raw Errors Lane 1", 4), ("PLR Xmit Blocks", int(uptime * 1e4))]
 
     def topo(self, args: list[str]) -> None:
         """``topo -m`` as the driver works it out: from where each GPU and HCA sits on the host's PCIe tree (the
