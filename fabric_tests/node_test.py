@@ -121,6 +121,29 @@ def _memory_bandwidth(device: torch.device, nbytes: int, repeats: int) -> float:
     return 2 * nbytes / best / 1e9  # read + write, GB/s
 
 
+def _peer_copy(device: torch.device, nproc: int, nbytes: int, repeats: int) -> tuple[float | None, int | None]:
+    """GB/s of a copy from this GPU's memory to its neighbour's (the next local rank's), every GPU of the node
+    copying at once, each to the next: over NVLink on an HGX board or a tray, one direction of each link pair in
+    use. The fastest of ``repeats``. CPU workers have no peer device: (None, None)."""
+    if device.type != "cuda" or nproc < 2:
+        return None, None
+    peer = torch.device("cuda", (device.index + 1) % nproc)
+    source = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+    target = torch.empty(nbytes // 4, dtype=torch.float32, device=peer)
+    target.copy_(source)  # the first copy opens the peer mapping: not timed
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(device)
+        synchronize(peer)
+        dist.barrier()  # every pair copies at the same time, as a collective loads them
+        started = time.perf_counter()
+        target.copy_(source)
+        synchronize(device)
+        synchronize(peer)
+        best = min(best, time.perf_counter() - started)
+    return nbytes / best / 1e9, peer.index
+
+
 def _elapsed(measured: float, wall_started: float) -> float:
     """A window's time by the device's clock, or by the wall clock when that clock saw no time pass: on CPU
     workers the calling thread's CPU time can stay still across work torch spread over its intra-op threads (a
@@ -155,8 +178,10 @@ def run(context: dict[str, Any]) -> dict[str, Any]:
                      float(params.get("hold_s", 0.0)), lockstep=together)
     memory = _memory_bandwidth(device, params["memory_bytes"], params["repeats"])
     busbw, correct = 0.0, True
+    peer_gbps, peer = None, None
     if together:
         busbw, correct = _allreduce(device, context, params["allreduce_bytes"], params["allreduce_iters"])
+        peer_gbps, peer = _peer_copy(device, context["nproc"], params["memory_bytes"], params["repeats"])
         dist.destroy_process_group()
     return {"device": str(device), **matmul, "memory_gbps": memory, "allreduce_busbw_gbps": busbw,
-            "allreduce_correct": correct, **cuda_runtime()}
+            "allreduce_correct": correct, "peer_copy_gbps": peer_gbps, "peer": peer, **cuda_runtime()}

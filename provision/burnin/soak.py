@@ -26,7 +26,6 @@ from pathlib import Path
 
 from provision.burnin import node_stage
 from provision.burnin.verdict import NodeVerdict, judge
-from provision.catalog import GPU_MODELS
 from provision.checks import preflight, soak
 from provision.checks.outcome import CheckResult, Outcome
 from provision.facts import kernel_log, nvidia_smi
@@ -63,7 +62,7 @@ def limits(loaded: LoadedSpec, node: ResolvedNode, settings: Soak) -> soak.SoakL
                            hardware_xids=preflight.HARDWARE_XIDS, gpus=profile.gpu.count, ports=rails,
                            clock_drift_fraction=settings.clock_drift_fraction,
                            throughput_drift_fraction=settings.throughput_drift_fraction,
-                           nvlink_links=GPU_MODELS[profile.gpu.model].nvlink_links if profile.nvlink.present else 0)
+                           nvlink=profile.nvlink.present)
 
 
 def poll(session: HostSession, rails: tuple[str, ...], gpus_fact: Fact[list[nvidia_smi.GpuTelemetry]], *,

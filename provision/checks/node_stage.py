@@ -94,6 +94,28 @@ def judge_memory_bandwidth(records: list[dict[str, Any]], limits: dict[str, floa
                        f"slowest device copy {memory:.3g} GB/s" + ("" if judged else " (CPU backend: not judged)"))
 
 
+def judge_peer_copy(records: list[dict[str, Any]], limits: dict[str, float]) -> CheckResult:
+    """Each GPU's copy to its neighbour against the median of the node's pairs (``peer_copy_fraction``): a tray's or
+    a board's pairs share one design, so a pair well below its mates has an NVLink down, retraining or at a lower
+    width (the field guide's rule for NVLink 5: compare across the GPUs, never against a fixed rate, which drivers
+    print differently). No public device-to-device figure per platform is held, so there is no absolute floor: a
+    node whose every pair is slow alike passes here and is the intra-node all_reduce's finding."""
+    measured = [record for record in records if record.get("peer_copy_gbps") is not None]
+    if not on_gpu(records) or len(measured) < 2:
+        return CheckResult("peer_copy", Outcome.SILENCED, "no device-to-device copy measured (CPU workers, or one GPU)")
+    median = statistics.median(record["peer_copy_gbps"] for record in measured)
+    floor = limits["peer_copy_fraction"] * median
+    slow = [f"GPU {record['local_rank']} -> GPU {record['peer']}: device-to-device copy {record['peer_copy_gbps']:.0f} "
+            f"GB/s, below {limits['peer_copy_fraction']:g} x the median {median:.0f} GB/s of the node's pairs"
+            for record in measured if record["peer_copy_gbps"] < floor]
+    if slow:
+        return CheckResult("peer_copy", Outcome.FAILED, slow[0], "nvidia-smi nvlink -s on both GPUs (an <inactive> "
+                           "link), nvlink -e for recovery events; reset them, then the NVLink cartridge or the switch "
+                           "tray", slow)
+    return CheckResult("peer_copy", Outcome.OK, f"{len(measured)} GPU pairs copy within "
+                       f"{limits['peer_copy_fraction']:g} of their median {median:.0f} GB/s")
+
+
 def judge_gpu_runtime(records: list[dict[str, Any]]) -> CheckResult:
     """A GPU node runs on its GPUs or fails: a worker of a CUDA build of torch that ran on the CPU could not use its
     GPU (fabric manager down, driver and library out of step, a GPU lost), and every figure it measured is a CPU's.
@@ -118,7 +140,8 @@ def judge_node_records(records: list[dict[str, Any]], gpus: int, limits: dict[st
     if runtime.outcome is Outcome.FAILED:  # a CPU's figures say nothing of the GPU
         return [runtime]
     return [runtime, judge_bit_exact(records), judge_matmul(records, limits),
-            judge_intranode_allreduce(records, gpus, limits), judge_memory_bandwidth(records, limits)]
+            judge_intranode_allreduce(records, gpus, limits), judge_memory_bandwidth(records, limits),
+            judge_peer_copy(records, limits)]
 
 
 def judge_nccl_transport(text: str, devices: set[str], *, gpudirect: bool) -> CheckResult:

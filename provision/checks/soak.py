@@ -54,8 +54,8 @@ class SoakLimits:
     throughput_drift_fraction: float = 0.1
     #: Busy GPUs a poll needs for their median to be a reference for each of them.
     min_mates: int = 3
-    #: NVLinks a GPU has (0: none in the spec): their recovery events are read at the slow polls.
-    nvlink_links: int = 0
+    #: The spec's GPUs have NVLink: each link's recovery events are read at the slow polls.
+    nvlink: bool = False
 
 
 def judge(series: dict[str, list[Sample]], limits: SoakLimits) -> list[CheckResult]:
@@ -295,7 +295,7 @@ def _nvlink_recovery(series: dict[str, list[Sample]], limits: SoakLimits) -> Che
     Errors). A link whose events keep growing preceded an Xid 149 by five days on a GB200 NVL72 (marin-community/
     marin #8934; field guide 8.3): growth at two reads or more fails the node, a failed recovery at once, a single
     step warns. Events from before the soak are the link's history, not the soak's."""
-    if not limits.nvlink_links:
+    if not limits.nvlink:
         return CheckResult("soak_nvlink_recovery", Outcome.SILENCED, "no NVLink in the spec")
     reads = series.get("nvlink/read", [])
     if len(reads) < limits.min_polls:

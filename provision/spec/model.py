@@ -378,6 +378,7 @@ class Thresholds(Strict):
     world_busbw_gbps: Annotated[float, Field(gt=0)] | None = None
     rail_peer_fraction: Fraction01 | None = None
     domain_busbw_fraction: Fraction01 | None = None
+    peer_copy_fraction: Fraction01 | None = None
     outlier_mad: Annotated[float, Field(gt=0, le=50)] | None = None
     flaps_per_24h: Annotated[int, Field(ge=1)] | None = None
     disk_usage_percent: Percent | None = None

@@ -80,6 +80,9 @@ def effective_thresholds(
         "domain_busbw_fraction": Threshold(
             DEFAULT_DOMAIN_BUSBW_FRACTION, "an NVLink domain's all_reduce below this share of the published figure "
             "for its size is slow (NVIDIA's validation floor: 630 of 839 GB/s; judged on GPUs)"),
+        "peer_copy_fraction": Threshold(
+            0.8, "a GPU's device-to-device copy to its neighbour below this share of the median of its node's (a "
+            "tray's) GPU pairs is slow: an NVLink down or retraining shows as one slow pair (judged on GPUs)"),
         "outlier_mad": Threshold(5.0, "robust z-score (median/MAD) against the fleet, per rail and leaf"),
         "disk_usage_percent": Threshold(95.0, "cluster-health: any filesystem at 95% is an error"),
         "gpu_temperature_c": Threshold(84.0, "gcm example limit; throttling starts near 84-90 C"),

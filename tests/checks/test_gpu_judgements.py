@@ -32,7 +32,8 @@ def limits_for(model: str) -> dict[str, float]:
     return {"matmul_tflops": round(gpu.bf16_dense_tflops * DEFAULT_MATMUL_EFFICIENCY, 1),
             "matmul_peer_fraction": 0.95,
             "memory_bandwidth_gbps": round(gpu.hbm_gbps * DEFAULT_MEMORY_EFFICIENCY, 1),
-            "intranode_allreduce_busbw_gbps": round(gpu.ring_allreduce_busbw * DEFAULT_INTRANODE_FRACTION, 1)}
+            "intranode_allreduce_busbw_gbps": round(gpu.ring_allreduce_busbw * DEFAULT_INTRANODE_FRACTION, 1),
+            "peer_copy_fraction": 0.8}
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda path: path.stem)
@@ -55,7 +56,8 @@ def test_cpu_records_are_compared_with_node_mates_only() -> None:
     results = {result.check: result.outcome for result in node_stage.judge_node_records(cpu, 8,
                                                                                         limits_for("H100-SXM-80GB"))}
     assert results == {"gpu_runtime": Outcome.OK, "bit_exact": Outcome.OK, "matmul": Outcome.OK,
-                       "intranode_allreduce": Outcome.SILENCED, "memory_bandwidth": Outcome.SILENCED}
+                       "intranode_allreduce": Outcome.SILENCED, "memory_bandwidth": Outcome.SILENCED,
+                       "peer_copy": Outcome.SILENCED}
 
 
 def test_a_cuda_build_on_the_cpu_fails_the_node_with_cudas_reason() -> None:

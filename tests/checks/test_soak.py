@@ -34,7 +34,7 @@ def _healthy(hours: int = 6, gpus: int = 2, ports: tuple[str, ...] = ("mlx5_0",)
 
 
 def _judged(series: dict[str, list[S]], **limits: object) -> dict[str, tuple[Outcome, str]]:
-    limits.setdefault("nvlink_links", 18)
+    limits.setdefault("nvlink", True)
     settings = SoakLimits(gpus=2, ports=("mlx5_0",), hardware_xids=frozenset({48, 79}), **limits)  # type: ignore[arg-type]
     return {result.check: (result.outcome, result.message) for result in judge(series, settings)}
 
@@ -313,4 +313,4 @@ def test_a_failed_recovery_fails_at_once_and_unread_counters_are_unknown() -> No
     assert _judged({**unread, "nvlink/read": [S(0.0, 1.0)]})["soak_nvlink_recovery"][0] is Outcome.UNKNOWN
     assert _judged(_healthy())["soak_nvlink_recovery"] == (Outcome.OK, "no NVLink recovery event through the soak "
                                                                       "(6 reads)")
-    assert _judged(unread, nvlink_links=0)["soak_nvlink_recovery"][0] is Outcome.SILENCED  # no NVLink in the spec
+    assert _judged(unread, nvlink=False)["soak_nvlink_recovery"][0] is Outcome.SILENCED  # no NVLink in the spec
