@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 APT_PACKAGES ?= openssh-server openssh-client sudo nftables chromium prometheus prometheus-node-exporter \
                 slurm-wlm munge
 
-.PHONY: install demo test test-fast fuzz lint apt-packages bytecode clean
+.PHONY: install demo demo-nvl72 test test-fast fuzz lint apt-packages bytecode clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ demo: install
 	$(BIN)/provision status examples/sim-cluster.yaml
 	$(BIN)/provision topology flaps examples/sim-cluster.yaml || [ $$? -eq 1 ]  # 1: a suspect cable, as injected
 	$(BIN)/provision report examples/sim-cluster.yaml
+
+# The GB200 NVL72 example (two racks, 36 Grace trays) on the simulator, with a fault of each kind a rack's burn-in
+# must catch (examples/sim-nvl72.yaml, held to examples/gb200-nvl72.yaml by tests/spec/test_sim_nvl72.py).
+demo-nvl72: install
+	$(BIN)/provision validate examples/gb200-nvl72.yaml examples/sim-nvl72.yaml
+	$(BIN)/provision apply examples/sim-nvl72.yaml || [ $$? -eq 1 ]  # 1: trays quarantined, as injected
+	$(BIN)/provision status examples/sim-nvl72.yaml
+	$(BIN)/provision topology slurm --admitted examples/sim-nvl72.yaml
+	$(BIN)/provision report examples/sim-nvl72.yaml
 
 lint: install
 	$(BIN)/ruff check .

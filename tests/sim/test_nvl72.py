@@ -251,3 +251,21 @@ def test_an_xid_149_fails_its_tray_and_the_145s_it_caused_are_blamed_on_it(rack:
     assert result.message.count("Xid 145 on GPU") == 3 and "its consequence, nothing of its own" in result.message
     healthy = _preflight(rack, "gb001")  # the rack's trays are not provisioned here (no peermem): only the difference
     assert {name for name, check in checks.items() if check.outcome is not healthy[name].outcome} == {"nvlink5_xid"}
+
+
+def test_dcgms_pcie_test_holds_a_tray_gpu_to_its_skus_width_not_to_x16(rack: dict) -> None:
+    """DCGM holds a GPU to its SKU's min_pci_width (the Pcie plugin's default, 1, where the SKU sets none): a healthy
+    tray's Gen4 x1 over NVLink-C2C passes, where the simulator once held it to its x16 maximum and failed every tray."""
+    from provision.checks.dcgm_diag import DiagExpectations, evaluate
+    from provision.facts import dcgm
+
+    host = rack["hosts"]["gb001"]
+    host.run("apt-get", "install", "-y", "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12")
+    host.run("systemctl", "start", "nvidia-dcgm")
+    host.run("systemctl", "start", "nvidia-persistenced")
+    ran = host.run(*dcgm.DIAG[2].argv, check=False)
+    judged = {result.check: result for result in evaluate(dcgm.DIAG[2].parse(ran.stdout), DiagExpectations(2, 4),
+                                                          exit_code=ran.returncode)}
+    assert judged["dcgm_pcie"].outcome is Outcome.OK, judged["dcgm_pcie"]
+    # the x1 is what the tray's GPUs read, not a link left unread
+    assert "Width x1" in host.run("lspci", "-vvv", "-s", "0008:01:00.0").stdout

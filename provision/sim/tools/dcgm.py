@@ -22,6 +22,13 @@ from provision.sim.tools.common import ToolError, not_simulated, privileged, ser
 
 CORE, PLUGINS = "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"
 VERSION = "4.2.3"
+#: The pcie plugin's ``min_pci_width`` by GPU: what nvvs/diag-skus.yaml.in sets for boards of PCIe-attached SXM
+#: GPUs (x16, as its A100-era SXM entries do; the simulator held every GPU to 16 before this table). A GPU the
+#: table does not list gets the plugin's own default, 1 (NVIDIA/DCGM's Pcie plugin parameters): a GB200/GB300
+#: tray's GPU, which reaches Grace over NVLink-C2C at a healthy Gen4 x1 (field guide 8.1).
+MIN_PCI_WIDTH = {"A100-SXM4-80GB": 16, "H100-SXM-80GB": 16, "H200-SXM-141GB": 16, "B200-SXM-180GB": 16,
+                 "B300-SXM-288GB": 16}
+PLUGIN_MIN_PCI_WIDTH = 1
 SYSTEM_TRIAGE = "Run a field diagnostic on the GPU."
 COOLING = ("Verify that the cooling on this machine is functional, including external, thermal material interface, "
            "fans, and any other components.")
@@ -110,10 +117,11 @@ def _findings(smi: Any, gpu: dict[str, Any], plugin: str, persistence: bool) -> 
             found.append((6, f"Page Retirement/Row Remap: Pending page retirements detected in GPU {index}. "
                              "Monitor - this GPU can still perform workload"))
     elif plugin == "pcie":
-        _max_gen, max_width, _gen, width = smi.link(gpu)
-        if width < max_width:
+        _max_gen, _max_width, _gen, width = smi.link(gpu)
+        minimum = MIN_PCI_WIDTH.get(smi.model.name, PLUGIN_MIN_PCI_WIDTH)
+        if width < minimum:
             found.append((46, f"GPU {index} is running at PCI link width {width}X, which is below the minimum "
-                              f"allowed link generation of {max_width} (parameter 'min_pci_width')"))
+                              f"allowed link generation of {minimum} (parameter 'min_pci_width')"))
         replays = gpu.get("pcie_replays_per_minute_under_load", 0)  # the test's traffic runs about a minute
         if replays > MAX_PCIE_REPLAYS:
             found.append((107, f"Detected {replays} pcie_replay_counter for GPU {index} which is above the "
