@@ -38,6 +38,7 @@ def _provisionable(directory: Path, faults: list[dict]) -> Path:
     data["connection"] = example["connection"]
     data["burnin"].update(stages=["preflight", "nvlink_domain"], ranks_per_node=2,
                           workload=example["burnin"]["workload"])
+    data["burnin"].pop("soak")  # read by the soak stage only: refused without it
     data["admission"] = {"max_failure_percent": {"burnin": 50}}  # two trays of six fail on their own faults
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     return spec
