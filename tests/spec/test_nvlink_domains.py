@@ -120,7 +120,8 @@ def test_domains_without_a_tray_profile_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", ["apply", "plan", "burnin"])
 def test_trays_are_not_burned_in_without_their_domain_stage_and_the_refusal_says_why(command: str,
                                                                                     tmp_path: Path) -> None:
-    spec = _written(tmp_path, lambda data: data["burnin"].update(stages=["preflight", "node", "collectives"]))
+    spec = _written(tmp_path, lambda data: (data["burnin"].update(stages=["preflight", "node", "collectives"]),
+                                            data["burnin"].pop("soak")))
     result = run_cli(command, str(spec))
     assert result.returncode == 2, result.stdout + result.stderr
     assert "gb[001-036]: NVL72 compute trays are burned in with their NVLink domain: add nvlink_domain" \
