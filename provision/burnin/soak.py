@@ -130,13 +130,26 @@ def _poll_slow(session: HostSession, bus_index: dict[str, str], values: dict[str
 
 
 def _poll_nvlink_recovery(session: HostSession, values: dict[str, float], problems: list[str]) -> None:
-    """Each NVLink's recovery events where it has any (``checks.soak._nvlink_recovery``), and that the listing was
-    read; a host without NVLink answers with no GPU listed, which reads as a read with no events."""
+    """Each NVLink's recovery events where it has any (``checks.soak._nvlink_recovery``), and ``nvlink/read`` only
+    when the listing was read whole: some GPU listed, every link it lists with a recovery counter, no line not
+    recognised. A listing that says less (another driver's names, a cut output) is a problem of this poll, never a
+    read with no events; and it costs this poll nothing else (the HCA counters are read after it)."""
     listed = session.run(nvidia_smi.NVLINK_ERRORS.argv, COMMAND_TIMEOUT_S)
     if not listed.ok:
         problems.append(listed.problem())
         return
-    for gpu in nvidia_smi.NVLINK_ERRORS.parse(listed.stdout).gpus:
+    try:
+        read = nvidia_smi.NVLINK_ERRORS.parse(listed.stdout)
+    except ValueError as error:
+        problems.append(f"nvidia-smi nvlink -e: {error}")
+        return
+    unread = [f"GPU {gpu.index} link {link}" for gpu in read.gpus for link in gpu.links
+              if gpu.recovery_events(link) is None]
+    if not read.gpus or unread or read.unrecognised:
+        problems.append("nvidia-smi nvlink -e: " + (f"no recovery counter for {unread[0]}" if unread else
+                        f"{read.unrecognised} line(s) not recognised" if read.gpus else "no GPU listed"))
+        return
+    for gpu in read.gpus:
         for link, counters in gpu.links.items():
             events = gpu.recovery_events(link)
             if events:

@@ -101,8 +101,13 @@ def judge_peer_copy(records: list[dict[str, Any]], limits: dict[str, float]) -> 
     print differently). No public device-to-device figure per platform is held, so there is no absolute floor: a
     node whose every pair is slow alike passes here and is the intra-node all_reduce's finding."""
     measured = [record for record in records if record.get("peer_copy_gbps") is not None]
-    if not on_gpu(records) or len(measured) < 2:
-        return CheckResult("peer_copy", Outcome.SILENCED, "no device-to-device copy measured (CPU workers, or one GPU)")
+    if not on_gpu(records) or len(records) < 2:
+        return CheckResult("peer_copy", Outcome.SILENCED, "no device-to-device copy to measure (CPU workers, or one "
+                           "GPU)")
+    missing = [record["local_rank"] for record in records if record.get("peer_copy_gbps") is None]
+    if missing:  # a GPU worker that reported no copy: not measured, never taken as a healthy pair
+        return CheckResult("peer_copy", Outcome.UNKNOWN, f"no device-to-device copy reported by GPU(s) {missing}",
+                           "re-run the node stage; a check that cannot run is never taken as healthy")
     median = statistics.median(record["peer_copy_gbps"] for record in measured)
     floor = limits["peer_copy_fraction"] * median
     slow = [f"GPU {record['local_rank']} -> GPU {record['peer']}: device-to-device copy {record['peer_copy_gbps']:.0f} "

@@ -304,11 +304,19 @@ def judge_nvswitch_bridge(devices: list[PciDeviceFacts], ib_devices: dict[str, s
                            "re-run; a check that cannot run is never taken as healthy")
     bridges = sorted({device.slot for device in devices
                       if any(MANAGEMENT_VPD in value for value in device.vpd.values())})
+    unread = [device.address for device in devices if "Mellanox" in device.description and not device.vpd]
+    if not bridges and unread:
+        return CheckResult("nvswitch_bridge", Outcome.UNKNOWN, f"no bridge function found, and the VPD of "
+                           f"{', '.join(unread)} was not read (lspci: Not readable)", "read lspci -vvv by hand")
     if not bridges:
         return CheckResult("nvswitch_bridge", Outcome.FAILED, f"no ConnectX function says {MANAGEMENT_VPD} in its "
                            "VPD: the fabric manager has no port to reach the NVSwitches through",
                            "check the baseboard's bridge in lspci and its firmware; NVIDIA support if absent")
     slot_of = {name: _pci_address(target).rsplit(".", 1)[0] for name, target in ib_devices.items()}
+    unplaced = [rail for rail in rails if not slot_of.get(rail)]
+    if unplaced:  # a rail with no sysfs device (mlx5_ib not loaded, a card gone) is placed on no slot: not judged
+        return CheckResult("nvswitch_bridge", Outcome.UNKNOWN, f"{', '.join(unplaced)} not in /sys/class/infiniband: "
+                           "which card it is cannot be told", "load mlx5_ib (ib_ports names a rail that is gone)")
     ports = sorted((name for name, slot in slot_of.items() if slot in bridges), key=_index)
     counted = [rail for rail in rails if slot_of.get(rail) in bridges]
     problems = [f"the spec counts {', '.join(counted)} as rail(s): function(s) of the NVSwitch bridge "

@@ -279,22 +279,31 @@ def _xids(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
 _RECOVERY = re.compile(r"^gpu(\d+)/nvlink(\d+)/(recovery|recovery_failed)$")
 
 
-def _steps(samples: list[Sample], base: float) -> list[Sample]:
-    """The samples at which the count rose, from ``base``."""
-    rose: list[Sample] = []
+def _steps(samples: list[Sample], base: float) -> list[tuple[Sample, float]]:
+    """The samples at which the count rose, from ``base``, with how much: a count below the one before is a reset
+    (a GPU reset or a driver reload starts the counters over; the remediation does so), and what it reads then grew
+    from none."""
+    rose: list[tuple[Sample, float]] = []
     previous = base
     for sample in samples:
-        if sample.value > previous:
-            rose.append(sample)
-        previous = max(previous, sample.value)
+        grown = sample.value - previous if sample.value >= previous else sample.value
+        if grown > 0:
+            rose.append((sample, grown))
+        previous = sample.value
     return rose
+
+
+#: Recovery events a link may gain in one step between two reads of the soak before that alone fails it (a burst of
+#: retraining); fewer in one step warn. Our choice: the issue's sources say a growing count matters, not how fast.
+RECOVERY_BURST = 10
 
 
 def _nvlink_recovery(series: dict[str, list[Sample]], limits: SoakLimits) -> CheckResult:
     """Each NVLink's recovery events through the soak (Blackwell's successful and failed ones, Hopper's Recovery
     Errors). A link whose events keep growing preceded an Xid 149 by five days on a GB200 NVL72 (marin-community/
-    marin #8934; field guide 8.3): growth at two reads or more fails the node, a failed recovery at once, a single
-    step warns. Events from before the soak are the link's history, not the soak's."""
+    marin #8934; field guide 8.3): growth at two reads or more fails the node, a failed recovery or a burst of
+    ``RECOVERY_BURST`` at once, a single smaller step warns. Events from before the soak are the link's history,
+    not the soak's; a count that went down was reset, and what it reads after grew from none."""
     if not limits.nvlink:
         return CheckResult("soak_nvlink_recovery", Outcome.SILENCED, "no NVLink in the spec")
     reads = series.get("nvlink/read", [])
@@ -313,9 +322,11 @@ def _nvlink_recovery(series: dict[str, list[Sample]], limits: SoakLimits) -> Che
         if not rose:
             continue
         what = "failed recoveries" if found.group(3) == "recovery_failed" else "recovery events"
-        said = (f"gpu{found.group(1)} NVLink {found.group(2)}: {what} from {base:g} to {samples[-1].value:g}, up at "
-                f"{len(rose)} read(s) from {rose[0].at_s / 3600:.2f} h")
-        (failed if found.group(3) == "recovery_failed" or len(rose) >= 2 else warned).append(said)
+        gained = sum(grown for _, grown in rose)
+        said = (f"gpu{found.group(1)} NVLink {found.group(2)}: {what} from {base:g} to {samples[-1].value:g} "
+                f"(+{gained:g}), up at {len(rose)} read(s) from {rose[0][0].at_s / 3600:.2f} h")
+        serious = found.group(3) == "recovery_failed" or len(rose) >= 2 or gained >= RECOVERY_BURST
+        (failed if serious else warned).append(said)
     remediation = ("the link keeps retraining: reset the GPU and soak again; if it grows again, its NVLink cartridge "
                    "or the switch tray (NMX) before it ends in an Xid 149")
     if failed:

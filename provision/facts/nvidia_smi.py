@@ -220,10 +220,13 @@ _LINK_COUNTER = re.compile(r"^Link (\d+): ([A-Za-z][A-Za-z0-9 \-]*?): (\S+)$")
 #: Error counters as the drivers name them: Hopper's three (R535) and Blackwell's (R570+: the names a B300 prints
 #: on 595.91.07). A name that ends so but is one of the statistics below is not one.
 _ERROR_NAME = re.compile(r"(Errors|events|discards)$")
-#: What Blackwell's listing prints that is no error count (``NvlinkErrorsGpu.statistics``): the recovery events'
-#: total is their sum, counted once through the successful and failed ones.
-_STATISTIC_NAME = re.compile(r"^(Tx|Rx) (packets|bytes)$|BER|^Raw |^PLR |^FEC Errors - \d+$"
-                             r"|^Total link recovery events$")
+#: What Blackwell's listing prints that is no error count (``NvlinkErrorsGpu.statistics``), by exact name (the
+#: names a B300 printed on 595.91.07, and ``PLR Xmit Blocks`` from another parser's test): the recovery events'
+#: total is their sum, counted once through the successful and failed ones. Any other name that is not an error
+#: count is not recognised (a listing with one is unknown), never filed as harmless.
+_STATISTIC_NAME = re.compile(r"^(?:(?:Tx|Rx) (?:packets|bytes)|(?:Effective|Symbol) BER|FEC Errors - \d+"
+                             r"|Raw BER (?:Lane \d+|Total)|Raw Errors Lane \d+|PLR Xmit Blocks"
+                             r"|Total link recovery events)$")
 #: The recovery counters a link's trend is read from (the soak): Blackwell's, then Hopper's.
 RECOVERY_COUNTERS = ("Link recovery successful events", "Link recovery failed events", "Recovery Errors")
 

@@ -31,8 +31,9 @@ FAULTS = [
      "params": {"per_hour": 1, "doubling_h": 4}},
     # its clock sags to 0.75 of its mates' under load, naming no reason, some hours into the soak
     {"kind": "clock_sag", "node": "sim04", "target": "gpu2", "params": {"after_h": 8, "factor": 0.75}},
-    # one NVLink retraining about once an hour from injection (what preceded a GB200's Xid 149 by five days)
-    {"kind": "nvlink_recovery_growing", "node": "sim05", "target": "gpu3", "params": {"link": 5, "per_hour": 1}},
+    # one NVLink retraining every four simulated hours from injection (what preceded a GB200's Xid 149 by five days):
+    # slow enough that a provisioning of 800 s (400 h here) keeps it under preflight's nvlink_errors limit of 100
+    {"kind": "nvlink_recovery_growing", "node": "sim05", "target": "gpu3", "params": {"link": 5, "per_hour": 0.25}},
 ]
 
 

@@ -296,7 +296,7 @@ def test_an_nvlink_whose_recovery_events_keep_growing_fails_and_one_step_warns()
     series["gpu0/nvlink7/recovery"] = [S(h * H, 5.0) for h in range(6)]
     outcome, message = _judged(series)["soak_nvlink_recovery"]
     assert outcome is Outcome.FAILED
-    assert message.startswith("gpu1 NVLink 5: recovery events from 0 to 6, up at 3 read(s) from 2.00 h")
+    assert message.startswith("gpu1 NVLink 5: recovery events from 0 to 6 (+6), up at 3 read(s) from 2.00 h")
     series = _healthy()
     series["gpu0/nvlink2/recovery"] = [S(4 * H, 1.0), S(5 * H, 1.0)]
     series["gpu0/nvlink7/recovery"] = [S(h * H, 5.0) for h in range(6)]
@@ -314,3 +314,16 @@ def test_a_failed_recovery_fails_at_once_and_unread_counters_are_unknown() -> No
     assert _judged(_healthy())["soak_nvlink_recovery"] == (Outcome.OK, "no NVLink recovery event through the soak "
                                                                       "(6 reads)")
     assert _judged(unread, nvlink=False)["soak_nvlink_recovery"][0] is Outcome.SILENCED  # no NVLink in the spec
+
+
+def test_recovery_events_from_before_the_soak_are_history_and_a_reset_counts_from_none() -> None:
+    series = _healthy()
+    series["gpu0/nvlink7/recovery"] = [S(h * H, 5.0) for h in range(6)]  # five before the soak, none since
+    assert _judged(series)["soak_nvlink_recovery"][0] is Outcome.OK
+    # the GPU reset at 3 h (its counters start over): 40 before, then 2 and 4 after it is growth at two reads
+    series["gpu0/nvlink7/recovery"] = [S(0.0, 40.0), S(1 * H, 40.0), S(3 * H, 2.0), S(4 * H, 4.0)]
+    outcome, message = _judged(series)["soak_nvlink_recovery"]
+    assert outcome is Outcome.FAILED and "(+4), up at 2 read(s)" in message, message
+    # a burst of retraining between two reads fails alone
+    series["gpu0/nvlink7/recovery"] = [S(0.0, 5.0), S(4 * H, 500.0)]
+    assert _judged(series)["soak_nvlink_recovery"][0] is Outcome.FAILED

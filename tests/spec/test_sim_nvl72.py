@@ -20,8 +20,9 @@ pytestmark = pytest.mark.fast
 #: need, the metrics folder, and the simulation itself. Paths of dicts; a list (the groups) is walked by index.
 SIMULATED = (("nodes", "groups", 0, "address_start"), ("nodes", "groups", 1, "address_start"),
              ("software", "repositories"), ("software", "runtime"), ("burnin", "ranks_per_node"),
-             ("burnin", "nccl_env"), ("burnin", "thresholds"), ("burnin", "workload"), ("burnin", "soak"),
-             ("admission",), ("connection",), ("metrics",), ("simulation",))
+             ("burnin", "nccl_env"), ("burnin", "thresholds", "matmul_peer_fraction"),
+             ("burnin", "thresholds", "collective_timeout_s"), ("burnin", "workload"), ("burnin", "soak"),
+             ("admission", "max_failure_percent"), ("connection",), ("metrics",), ("simulation",))
 
 
 def _without_simulated(data: dict[str, Any]) -> dict[str, Any]:
@@ -33,6 +34,11 @@ def _without_simulated(data: dict[str, Any]) -> dict[str, Any]:
                 break
         if isinstance(node, dict):
             node.pop(path[-1], None)
+    for path in SIMULATED:  # a section left empty by the keys taken out is as if absent (the example has none)
+        if len(path) == 3 and isinstance(data.get(path[0], {}).get(path[1]), dict) and not data[path[0]][path[1]]:
+            del data[path[0]][path[1]]
+        if len(path) == 2 and isinstance(data.get(path[0]), dict) and not data[path[0]]:
+            del data[path[0]]
     return data
 
 
