@@ -100,7 +100,6 @@ def judge_peer_copy(records: list[dict[str, Any]], limits: dict[str, float]) -> 
     width (the field guide's rule for NVLink 5: compare across the GPUs, never against a fixed rate, which drivers
     print differently). No public device-to-device figure per platform is held, so there is no absolute floor: a
     node whose every pair is slow alike passes here and is the intra-node all_reduce's finding."""
-    measured = [record for record in records if record.get("peer_copy_gbps") is not None]
     if not on_gpu(records) or len(records) < 2:
         return CheckResult("peer_copy", Outcome.SILENCED, "no device-to-device copy to measure (CPU workers, or one "
                            "GPU)")
@@ -108,16 +107,16 @@ def judge_peer_copy(records: list[dict[str, Any]], limits: dict[str, float]) -> 
     if missing:  # a GPU worker that reported no copy: not measured, never taken as a healthy pair
         return CheckResult("peer_copy", Outcome.UNKNOWN, f"no device-to-device copy reported by GPU(s) {missing}",
                            "re-run the node stage; a check that cannot run is never taken as healthy")
-    median = statistics.median(record["peer_copy_gbps"] for record in measured)
+    median = statistics.median(record["peer_copy_gbps"] for record in records)
     floor = limits["peer_copy_fraction"] * median
     slow = [f"GPU {record['local_rank']} -> GPU {record['peer']}: device-to-device copy {record['peer_copy_gbps']:.0f} "
             f"GB/s, below {limits['peer_copy_fraction']:g} x the median {median:.0f} GB/s of the node's pairs"
-            for record in measured if record["peer_copy_gbps"] < floor]
+            for record in records if record["peer_copy_gbps"] < floor]
     if slow:
         return CheckResult("peer_copy", Outcome.FAILED, slow[0], "nvidia-smi nvlink -s on both GPUs (an <inactive> "
                            "link), nvlink -e for recovery events; reset them, then the NVLink cartridge or the switch "
                            "tray", slow)
-    return CheckResult("peer_copy", Outcome.OK, f"{len(measured)} GPU pairs copy within "
+    return CheckResult("peer_copy", Outcome.OK, f"{len(records)} GPU pairs copy within "
                        f"{limits['peer_copy_fraction']:g} of their median {median:.0f} GB/s")
 
 

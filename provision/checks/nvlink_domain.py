@@ -289,13 +289,13 @@ def judge_nvlsm(start: NvlsmStart, rails: list[str]) -> CheckResult:
 MANAGEMENT_VPD = "SMDL=SW_MNG"
 
 
-def judge_nvswitch_bridge(devices: list[PciDeviceFacts], ib_devices: dict[str, str], rails: list[str],
+def judge_nvswitch_bridge(devices: list[PciDeviceFacts], ib_addresses: dict[str, str], rails: list[str],
                           ) -> CheckResult:
     """On HGX B200/B300: the baseboard's ConnectX bridge to the NVSwitches is there (its functions' VPD says
     ``SMDL=SW_MNG``), and no ``mlx5_*`` device of it is counted as a rail. Its ports show in ``ibstat`` like any
     NIC's and take the names a site gives rails (mlx5_0-3 on a DGX B200), but carry no cable of the fabric: a
     rail named on one sends the burn-in's traffic nowhere. A card's functions share its slot, so a rail on any
-    function of the bridge's slot is one. ``ib_devices``: ``/sys/class/infiniband`` links, name to sysfs path."""
+    function of the bridge's slot is one. ``ib_addresses``: each ``/sys/class/infiniband`` name's PCI address."""
     if any(device.access_denied for device in devices):
         return CheckResult("nvswitch_bridge", Outcome.UNKNOWN, "lspci ran without root: no VPD was read",
                            "run preflight with root (become)")
@@ -312,12 +312,12 @@ def judge_nvswitch_bridge(devices: list[PciDeviceFacts], ib_devices: dict[str, s
         return CheckResult("nvswitch_bridge", Outcome.FAILED, f"no ConnectX function says {MANAGEMENT_VPD} in its "
                            "VPD: the fabric manager has no port to reach the NVSwitches through",
                            "check the baseboard's bridge in lspci and its firmware; NVIDIA support if absent")
-    slot_of = {name: _pci_address(target).rsplit(".", 1)[0] for name, target in ib_devices.items()}
+    slot_of = {name: address.rsplit(".", 1)[0] for name, address in ib_addresses.items() if address}
     unplaced = [rail for rail in rails if not slot_of.get(rail)]
     if unplaced:  # a rail with no sysfs device (mlx5_ib not loaded, a card gone) is placed on no slot: not judged
         return CheckResult("nvswitch_bridge", Outcome.UNKNOWN, f"{', '.join(unplaced)} not in /sys/class/infiniband: "
                            "which card it is cannot be told", "load mlx5_ib (ib_ports names a rail that is gone)")
-    ports = sorted((name for name, slot in slot_of.items() if slot in bridges), key=_index)
+    ports = sorted((name for name, slot in slot_of.items() if slot in bridges), key=ib_addresses.__getitem__)
     counted = [rail for rail in rails if slot_of.get(rail) in bridges]
     problems = [f"the spec counts {', '.join(counted)} as rail(s): function(s) of the NVSwitch bridge "
                 f"{', '.join(bridges)} ({MANAGEMENT_VPD}), cabled to no leaf"] if counted else []
@@ -325,14 +325,3 @@ def judge_nvswitch_bridge(devices: list[PciDeviceFacts], ib_devices: dict[str, s
                    "IB device(s), none a rail", "list the compute NICs as rails (ibstat's devices on the GPUs' "
                    "PCIe switches), not the bridge's")
 
-
-def _pci_address(sysfs_path: str) -> str:
-    """The device's own PCI address: the last on its sysfs path (``.../0000:0d:00.1/infiniband/mlx5_9``)."""
-    addresses = [part for part in sysfs_path.split("/") if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
-                                                                          part)]
-    return addresses[-1] if addresses else ""
-
-
-def _index(name: str) -> tuple[int, str]:
-    digits = re.search(r"(\d+)$", name)
-    return (int(digits.group(1)) if digits else -1, name)

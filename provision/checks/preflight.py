@@ -848,8 +848,8 @@ def check_nvswitch_bridge(gathered: Gathered, expect: Expectations) -> list[Chec
     have no such bridge)."""
     if not expect.nvswitch_bridge:
         return []
-    return [nvlink_domain.judge_nvswitch_bridge(_parse(gathered, lspci.LSPCI), _links(gathered, "infiniband"),
-                                                list(expect.rail_hcas))]
+    addresses = {name: (_pci_chain(target) or [""])[-1] for name, target in _links(gathered, "infiniband").items()}
+    return [nvlink_domain.judge_nvswitch_bridge(_parse(gathered, lspci.LSPCI), addresses, list(expect.rail_hcas))]
 
 
 def _int(text: str) -> int:

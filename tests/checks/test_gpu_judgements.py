@@ -12,13 +12,20 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from provision.catalog import GPU_MODELS
 from provision.checks import node_stage
 from provision.checks.outcome import Outcome
 from provision.facts.nccl_tests import busbw_at, parse_nccl_tests
-from provision.spec.thresholds import DEFAULT_INTRANODE_FRACTION, DEFAULT_MATMUL_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY
-from tests.conftest import SHARED_FIXTURES
+from provision.spec import load_spec
+from provision.spec.thresholds import (
+    DEFAULT_INTRANODE_FRACTION,
+    DEFAULT_MATMUL_EFFICIENCY,
+    DEFAULT_MEMORY_EFFICIENCY,
+    effective_thresholds,
+)
+from tests.conftest import SHARED_FIXTURES, example_text
 
 pytestmark = pytest.mark.fast
 
@@ -101,3 +108,20 @@ def test_real_nccl_tests_logs(name: str) -> None:
     assert report.rows[-1].size_bytes == 8 * 2**30
     if name == "allreduce":
         assert busbw_at(report, 8 * 2**30) == 235.26 and report.average_busbw_gbps == 68.4048
+
+
+def test_the_specs_peer_copy_fraction_is_what_a_pair_is_held_to(tmp_path: Path) -> None:
+    """The recorded H100 node whose GPU 3 -> 4 copies at 37 GB/s (0.1 of its mates' median): failed at the default
+    0.8, passed by a spec that asks only 0.05 (burnin.thresholds.peer_copy_fraction, through the thresholds the
+    stages read)."""
+    case = json.loads((DATA / "gpu" / "h100_slow_peer_pair.json").read_text())
+    data = yaml.safe_load(example_text())
+    data["burnin"]["thresholds"]["peer_copy_fraction"] = 0.05
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    spec = load_spec(spec_path).spec
+    limits = {name: threshold.value for name, threshold in effective_thresholds(
+        spec.hardware["hgx-h100"], spec.fabric, spec.burnin.thresholds).items()}
+    assert limits["peer_copy_fraction"] == 0.05
+    assert node_stage.judge_peer_copy(case["records"], limits).outcome is Outcome.OK
+    assert node_stage.judge_peer_copy(case["records"], limits_for("H100-SXM-80GB")).outcome is Outcome.FAILED

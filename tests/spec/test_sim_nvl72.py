@@ -26,19 +26,20 @@ SIMULATED = (("nodes", "groups", 0, "address_start"), ("nodes", "groups", 1, "ad
 
 
 def _without_simulated(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each ``SIMULATED`` key taken out, and a section that leaves empty taken out with it (the example
+    has no ``admission`` or ``burnin.thresholds`` of its own)."""
     for path in SIMULATED:
-        node: Any = data
+        trail: list[Any] = [data]  # the containers down to the key's parent
         for key in path[:-1]:
-            node = node[key] if isinstance(node, list) or key in node else None
-            if node is None:
+            node = trail[-1]
+            if not (isinstance(node, list) or key in node):
                 break
-        if isinstance(node, dict):
-            node.pop(path[-1], None)
-    for path in SIMULATED:  # a section left empty by the keys taken out is as if absent (the example has none)
-        if len(path) == 3 and isinstance(data.get(path[0], {}).get(path[1]), dict) and not data[path[0]][path[1]]:
-            del data[path[0]][path[1]]
-        if len(path) == 2 and isinstance(data.get(path[0]), dict) and not data[path[0]]:
-            del data[path[0]]
+            trail.append(node[key])
+        else:
+            trail[-1].pop(path[-1], None)
+            for parent, key in reversed(list(zip(trail, path[:-1], strict=False))):
+                if parent[key] == {}:
+                    del parent[key]
     return data
 
 
