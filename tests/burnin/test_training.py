@@ -135,23 +135,25 @@ import json, socket, sys
 from pathlib import Path
 from fabric_tests import training
 
-with socket.socket() as probe:
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
+def free_port():
+    """A port the kernel just handed out: a fixed base plus offsets collided with another test's socket (CI)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 base = {"seed": 5, "steps": 8, "checkpoint_step": 4, "vocab": 64, "width": 16, "heads": 4, "layers": 1,
         "length": 8, "batch": 2, "lr": 3e-3, "gc_every": 0, "timeout_s": 30}
 context = {"rank": 0, "local_rank": 0, "node_rank": 0, "nproc": 1, "nnodes": 1, "master_addr": "127.0.0.1"}
 
-def once(phase, directory, offset):
-    return training.run({**context, "master_port": port + offset,
+def once(phase, directory):
+    return training.run({**context, "master_port": free_port(),
                          "params": {**base, "phase": phase, "checkpoint_dir": directory}})
 
 def digests(result):
     return result["tail_digest"], result["shard_digest"]
 
-first = once("train", sys.argv[1] + "-a", 0)
-intact = once("resume", sys.argv[1] + "-a", 1)
-once("train", sys.argv[1] + "-b", 2)
+first = once("train", sys.argv[1] + "-a")
+intact = once("resume", sys.argv[1] + "-a")
+once("train", sys.argv[1] + "-b")
 # silent corruption: a few bytes in the middle of the largest weight's stored data, found through the metadata
 from torch.distributed.checkpoint import FileSystemReader
 storage = FileSystemReader(sys.argv[1] + "-b/fsdp").read_metadata().storage_data
@@ -163,7 +165,7 @@ middle = where.offset + where.length // 2
 data[middle:middle + 4] = bytes(b ^ 0x5A for b in data[middle:middle + 4])
 shard.write_bytes(bytes(data))
 try:
-    corrupted = digests(once("resume", sys.argv[1] + "-b", 3)) == digests(first)
+    corrupted = digests(once("resume", sys.argv[1] + "-b")) == digests(first)
 except BaseException:  # torch.distributed.checkpoint's CheckpointException is not an Exception
     corrupted = False  # refused to load: not a bit-exact resume either
 print(json.dumps({"intact_matches": digests(intact) == digests(first), "corrupted_matches": corrupted}))
