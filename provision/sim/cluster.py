@@ -113,8 +113,11 @@ def up(loaded: LoadedSpec, state_dir: Path, *, rebuild: bool = False) -> dict[st
     for node in loaded.nodes:
         hardware = describe(node.name, loaded.spec.hardware[node.hardware], seed)
         link_rate = loaded.spec.fabric.link_rate
+        # a card's VPD names its serial number: written per host (materialize_host), left out of what is shared,
+        # or no two hosts would share a template (each a tree of ~750 files to write, clone and remove)
         shared: dict[str, Any] = {"profile": node.hardware, "kernel": kernel, "link_rate": link_rate,
-                  "devices": [asdict(device) for device in hardware.devices]}
+                                  "devices": [{**asdict(device), "vpd": bool(device.vpd)}
+                                              for device in hardware.devices]}
         key = f"{node.hardware}-{hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]}"
         if key not in templates:  # hosts of one profile share all but their identity files
             templates[key] = base / "templates" / key

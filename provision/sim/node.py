@@ -109,7 +109,7 @@ SIM_CPUS = 8
 
 
 def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int, kernel: str) -> None:
-    """The files that make a host itself (name, boot id, HCA identities) and the runtime files a real host
+    """The files that make a host itself (name, boot id, HCA identities, cards' VPD) and the runtime files a real host
     changes in place (``/proc/sys``, cpufreq), which therefore must never be shared with the template."""
     write(root / "etc/hostname", hardware.host + "\n")
     write(root / "etc/fstab", "/dev/nvme0n1p2 / ext4 defaults 0 1\n/swap.img none swap sw 0 0\n")
@@ -130,6 +130,10 @@ def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int, kerne
                             "node_desc": f"{hardware.host} {hca.name}",
                             "ports/1/lid": f"0x{lid_base + offset:x}"}.items():
             write(device_dir / name, value + "\n")
+    for device in hardware.devices:  # a card's product data names its serial number: this host's, never shared
+        if device.vpd:  # the kernel serves it as read through the card's VPD capability
+            (_, product), *fields = device.vpd
+            write(root / "sys" / sysfs_path(hardware, device.bdf) / "vpd", vpd.encode(product, list(fields)))
 
 
 def initial_state(hardware: NodeHardware, kernel: str) -> dict[str, Any]:
@@ -185,9 +189,6 @@ def _write_pci_device(sys_root: Path, hardware: NodeHardware, device: PciDevice)
     for name, value in files.items():
         write(directory / name, value)
     write(directory / "config", device.config(0))
-    if device.vpd:  # the kernel serves the card's product data read through its VPD capability
-        (_, product), *fields = device.vpd
-        write(directory / "vpd", vpd.encode(product, list(fields)))
     driver_dir = sys_root / "bus" / "pci" / "drivers" / device.driver
     driver_dir.mkdir(parents=True, exist_ok=True)
     os.symlink(os.path.relpath(driver_dir, directory), directory / "driver")
