@@ -148,7 +148,7 @@ def _mark_fast_or_slow(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.slow if heavy else pytest.mark.fast)
 
 
-# -- two workers ------------------------------------------------------------------------------------------------
+# -- the workers --------------------------------------------------------------------------------------------------
 #: Modules that change one thing of this machine's and so never run beside each other: the login user's password
 #: and sudoers (the SSH modules), the probe for free consecutive ports (the Slurm modules).
 SHARED_MACHINE_STATE = {
@@ -156,7 +156,7 @@ SHARED_MACHINE_STATE = {
     "hosts/test_provisioning_ssh": "login-user", "sinks/test_slurm": "slurm", "burnin/test_slurm_launcher": "slurm",
 }
 #: The longest modules, longest first (seconds of a clean-clone run on two cores, PROVISION_TEST_TIMES): handed
-#: out first, so that the last module a worker starts is a short one and the two workers end together.
+#: out first, so that the last module a worker starts is a short one and the workers end together.
 LONGEST_FIRST = ("sim/test_namespace", "hosts/test_provisioning", "burnin/test_multinode",
                  "fleet/test_baseline_campaigns", "watch/test_week_slurm", "sinks/test_slurm",
                  "burnin/test_slurm_launcher",
@@ -173,7 +173,7 @@ def _module(nodeid: str) -> str:
 
 
 def _unit(nodeid: str) -> str:
-    """The unit of work a test belongs to under ``make test``'s two workers: its module, or the shared
+    """The unit of work a test belongs to under ``make test``'s workers: its module, or the shared
     unit of the modules in :data:`SHARED_MACHINE_STATE`."""
     return SHARED_MACHINE_STATE.get(_module(nodeid), _module(nodeid))
 
@@ -188,7 +188,7 @@ def _order_longest_first(items: list[pytest.Item]) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``make test`` runs two pytest-xdist workers, each handed whole units (:func:`_unit`): a module's
+    """``make test`` runs three pytest-xdist workers, each handed whole units (:func:`_unit`): a module's
     module-scoped cluster is set up once, on one worker, and modules that change the same thing of this machine's
     never run beside each other. (``--dist loadgroup`` would do it with marks, but pytest 9 ignores the node ids
     pytest-xdist 3.8 rewrites for it.)"""

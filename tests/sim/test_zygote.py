@@ -68,7 +68,7 @@ def test_the_agents_exit_status_and_signals_pass_through_its_stand_in(tmp_path: 
     try:
         _wait_for("the agent and its two workers", lambda: len(_ours(tmp_path)) >= 3, 60)
         waiting.send_signal(signal.SIGTERM)  # the controller gave up: the agent takes its workers down and exits
-        waiting.communicate(timeout=10)
+        waiting.communicate(timeout=30)  # seconds at most; over 10 once beside make test's other workers
         assert waiting.returncode == 128 + signal.SIGTERM
         _wait_for("the workers to be gone", lambda: not _ours(tmp_path), 10)
     finally:
