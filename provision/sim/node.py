@@ -13,15 +13,13 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from provision.hostmodel import vpd
-from provision.hostmodel.devices import NodeHardware, PciDevice
-from provision.hostmodel.pciconfig import SPEEDS
 from provision.sim.files import replace_file
+
+if TYPE_CHECKING:  # every stand-in reads the state through here: the hardware model is the builder's alone
+    from provision.hostmodel.devices import NodeHardware, PciDevice
 
 STATE_FILE = "var/lib/provision-sim/node.json"
 #: Node-state key: bridge BDF -> the ACS control value its firmware sets at every boot.
@@ -63,6 +61,8 @@ def write(path: Path, content: str | bytes) -> None:
 
 
 def link_speed_text(gen: int) -> str:
+    from provision.hostmodel.pciconfig import SPEEDS
+
     return f"{SPEEDS[gen]:.1f} GT/s PCIe"
 
 
@@ -111,6 +111,10 @@ SIM_CPUS = 8
 def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int, kernel: str) -> None:
     """The files that make a host itself (name, boot id, HCA identities, cards' VPD) and the runtime files a real host
     changes in place (``/proc/sys``, cpufreq), which therefore must never be shared with the template."""
+    import uuid
+
+    from provision.hostmodel import vpd
+
     write(root / "etc/hostname", hardware.host + "\n")
     write(root / "etc/fstab", "/dev/nvme0n1p2 / ext4 defaults 0 1\n/swap.img none swap sw 0 0\n")
     write(root / "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
@@ -138,6 +142,8 @@ def materialize_host(root: Path, hardware: NodeHardware, *, lid_base: int, kerne
 
 def initial_state(hardware: NodeHardware, kernel: str) -> dict[str, Any]:
     """The device state of a freshly delivered, healthy host (NVML's view, services, disks)."""
+    from dataclasses import asdict
+
     return {
         "host": hardware.host,
         "kernel": kernel,
